@@ -1,0 +1,65 @@
+"""Mini-batches over an in-memory split, reproducible per epoch.
+
+The engine only needs an iterable of ``(inputs, labels)`` with a ``set_epoch`` method; the
+shuffling order of epoch ``e`` depends only on ``(seed, e)``, so a run resumed at epoch ``e``
+sees exactly the batches an uninterrupted run would have seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from topk.data.splits import TensorSplit
+
+
+class TensorBatches:
+    """Iterate over ``split`` in batches of ``batch_size`` (``None``: the whole split at once).
+
+    The split is moved to ``device`` once. With ``shuffle``, each epoch draws a permutation from
+    a generator seeded with ``(seed, epoch)``.
+    """
+
+    def __init__(
+        self,
+        split: TensorSplit,
+        batch_size: int | None,
+        shuffle: bool = False,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+    ):
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer or null, got {batch_size}")
+        self.x = split.x.to(device)
+        self.y = split.y.to(device)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.seed = seed
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        if self.batch_size is None:
+            return 1
+        return -(-len(self.y) // self.batch_size)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        n = len(self.y)
+        if self.batch_size is None or self.batch_size >= n:
+            if not self.shuffle:
+                yield self.x, self.y
+                return
+        order = None
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            order = torch.randperm(n, generator=generator).to(self.x.device)
+        step = n if self.batch_size is None else self.batch_size
+        for start in range(0, n, step):
+            if order is None:
+                yield self.x[start : start + step], self.y[start : start + step]
+            else:
+                index = order[start : start + step]
+                yield self.x[index], self.y[index]

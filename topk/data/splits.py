@@ -1,0 +1,40 @@
+"""The container every data-set builder returns: train / optional validation / test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TensorSplit:
+    """One split held in memory: inputs ``x`` [N, ...] and int64 labels ``y`` [N]."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class DataSplits:
+    """Train, validation (``None`` when the protocol has none) and test splits of one data set.
+
+    ``class_counts`` are the training-split counts per class, the plain list that margin-based
+    losses (LDAM, noised imbalanced) receive.
+    """
+
+    train: TensorSplit
+    val: TensorSplit | None
+    test: TensorSplit
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.train.x.shape[1:])
+
+    @property
+    def class_counts(self) -> list[int]:
+        return torch.bincount(self.train.y, minlength=self.num_classes).tolist()

@@ -1,0 +1,328 @@
+"""Fit and evaluate: one readable training loop.
+
+``fit`` trains for ``settings.epochs`` epochs, evaluates every split in ``eval_batches`` after
+each epoch, keeps the model that is best by ``settings.selection_metric``, writes
+``checkpoints/last.pt`` (resume) and ``checkpoints/best.pt`` (selected model), ``history.csv`` and
+TensorBoard scalars, and finally evaluates the selected model on every split.
+
+Resuming (``settings.resume``) restores model, optimiser, schedule, random-number state, history
+and best model from ``last.pt``; the batches of epoch ``e`` depend only on ``(seed, e)``, so a
+resumed run ends exactly where an uninterrupted one does.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from topk.data.augment import NoAugment
+from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
+from topk.metrics import TopKAccumulator, clip_ks
+from topk.records import TensorBoardScalars, write_history
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class FitSettings:
+    """Trainer settings, plain values (``trainer.*`` in the config)."""
+
+    epochs: int
+    ks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 10])
+    selection_metric: str = "last"
+    eval_every: int = 1
+    checkpoint_every: int = 1
+    resume: bool = False
+    progress: bool = True
+    tensorboard: bool = True
+    description: str = "train"
+
+
+@dataclass
+class FitResult:
+    best_epoch: int
+    selection_metric: str
+    metrics: dict[str, dict[str, float]]  # split -> metric -> value, for the selected model
+    per_class: dict[str, dict[int, list]]  # split -> k -> per-class accuracy
+    epoch_seconds: float | None
+    history: list[dict]
+
+
+class RunInterrupted(Exception):
+    """Training stopped by Ctrl-C or SIGTERM; ``last.pt`` holds the epoch to resume from."""
+
+    def __init__(self, resume_epoch: int):
+        super().__init__(f"interrupted; resume continues after epoch {resume_epoch}")
+        self.resume_epoch = resume_epoch
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` picks CUDA when present, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("trainer.device=cuda but no CUDA device is visible; use auto or cpu.")
+    return torch.device(name)
+
+
+def metric_names(ks: list[int]) -> list[str]:
+    return ["loss"] + [f"top{k}" for k in ks] + [f"macro_top{k}" for k in ks]
+
+
+def check_selection_metric(metric: str, splits: list[str], ks: list[int]) -> None:
+    """Raise unless ``metric`` is ``last`` or ``<split>/<name>`` of an evaluated split."""
+    if metric == "last":
+        return
+    split, _, name = metric.partition("/")
+    valid = ["last"] + [f"{s}/{m}" for s in splits for m in metric_names(ks)]
+    if split not in splits or name not in metric_names(ks):
+        raise ConfigError(
+            f"trainer.selection_metric={metric!r} is not available in this run; "
+            f"choose one of {', '.join(valid[:8])}{', ...' if len(valid) > 8 else ''}."
+        )
+
+
+def train_one_epoch(model, loss_fn, optimizer, batches, augment, accumulator, epoch: int) -> float:
+    """One pass over the training batches; returns the mean training loss.
+
+    ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
+    when each batch was seen, before the update.
+    """
+    model.train()
+    total_loss = torch.zeros((), dtype=torch.float64)
+    total_count = 0
+    for batch_index, (inputs, labels) in enumerate(batches):
+        inputs, target = augment(inputs, labels)
+        scores = model(inputs)
+        loss = loss_fn(scores, target)
+        if not torch.isfinite(loss):
+            raise NonFiniteLossError(
+                f"the training loss became {loss.item()} at epoch {epoch}, batch {batch_index}; "
+                "lower optim.lr or check the data and the loss parameters."
+            )
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total_loss += loss.detach().double().cpu() * len(labels)
+        total_count += len(labels)
+        if accumulator is not None:
+            accumulator.update(scores, labels)
+    return float(total_loss) / max(total_count, 1)
+
+
+@torch.inference_mode()
+def evaluate(model, loss_fn, batches, ks, num_classes) -> tuple[dict[str, float], TopKAccumulator]:
+    """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard)."""
+    model.eval()
+    accumulator = None
+    total_loss, total_count = 0.0, 0
+    for inputs, labels in batches:
+        scores = model(inputs)
+        if accumulator is None:
+            accumulator = TopKAccumulator(ks, num_classes, scores.device)
+        accumulator.update(scores, labels)
+        total_loss += float(loss_fn(scores, labels)) * len(labels)
+        total_count += len(labels)
+    metrics = {"loss": total_loss / max(total_count, 1)}
+    metrics.update(accumulator.compute())
+    return metrics, accumulator
+
+
+def _atomic_save(obj, path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: Path) -> dict:
+    """Read a checkpoint written by :func:`fit`, with a clear error if it is unusable."""
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as error:  # torch raises several types for a truncated or foreign file
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({type(error).__name__}); delete it to train "
+            "from scratch, or resume from another run directory."
+        ) from error
+    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(
+            f"checkpoint {path} was not written by this version of topk; delete it to train "
+            "from scratch."
+        )
+    return checkpoint
+
+
+def _is_better(value: float, best: float | None, metric: str) -> bool:
+    if best is None:
+        return True
+    if metric.endswith("/loss"):
+        return value < best
+    return value > best
+
+
+def fit(
+    model: torch.nn.Module,
+    loss_fn: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    train_batches,
+    eval_batches: Mapping[str, object],
+    num_classes: int,
+    run_dir: Path,
+    settings: FitSettings,
+    augment: Callable = NoAugment(),
+    on_epoch_end: Callable[[int, dict], None] | None = None,
+) -> FitResult:
+    """Train ``model`` and return the selected epoch's metrics on every evaluated split.
+
+    ``eval_batches`` maps a split name (``val``, ``test``) to its batches. ``on_epoch_end`` is
+    called with ``(epoch, history_row)`` after each epoch's record is written.
+    """
+    run_dir = Path(run_dir)
+    checkpoint_dir = run_dir / "checkpoints"
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    ks = clip_ks(settings.ks, num_classes)
+    check_selection_metric(settings.selection_metric, list(eval_batches), ks)
+    if settings.epochs < 1:
+        raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
+    eval_every = max(1, settings.eval_every)
+
+    history: list[dict] = []
+    start_epoch = 0
+    best_epoch, best_value, best_state = None, None, None
+    last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"
+    if settings.resume and last_path.exists():
+        checkpoint = load_checkpoint(last_path)
+        model.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        scheduler.load_state_dict(checkpoint["scheduler"])
+        torch.set_rng_state(checkpoint["rng"])
+        if checkpoint.get("cuda_rng") is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(checkpoint["cuda_rng"])
+        history = checkpoint["history"]
+        start_epoch = checkpoint["epoch"]
+        best_epoch, best_value = checkpoint["best_epoch"], checkpoint["best_value"]
+        if best_path.exists():
+            best_state = load_checkpoint(best_path)["model"]
+        log.info("resumed from %s after epoch %d", last_path, start_epoch)
+    elif settings.resume:
+        log.info("trainer.resume=true but %s does not exist: training from scratch", last_path)
+
+    tensorboard = None
+    if settings.tensorboard:
+        tensorboard = TensorBoardScalars(run_dir / "tb", purge_step=start_epoch + 1 if start_epoch else None)
+
+    def save_checkpoints(completed_epoch: int, best_changed: bool) -> None:
+        if best_changed and best_state is not None:
+            _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
+        _atomic_save(
+            {
+                "format": CHECKPOINT_FORMAT,
+                "epoch": completed_epoch,
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(),
+                "scheduler": scheduler.state_dict(),
+                "rng": torch.get_rng_state(),
+                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "history": history,
+                "best_epoch": best_epoch,
+                "best_value": best_value,
+            },
+            last_path,
+        )
+        write_history(run_dir, history)
+
+    completed_epoch = start_epoch
+    saved_epoch = start_epoch
+    best_unsaved = False
+    in_epoch = False
+    progress = tqdm(
+        range(start_epoch + 1, settings.epochs + 1),
+        initial=start_epoch,
+        total=settings.epochs,
+        desc=settings.description,
+        disable=not settings.progress,
+        unit="epoch",
+        dynamic_ncols=True,
+    )
+    try:
+        for epoch in progress:
+            in_epoch = True
+            started = time.perf_counter()
+            lr = optimizer.param_groups[0]["lr"]
+            evaluate_now = epoch % eval_every == 0 or epoch == settings.epochs
+            train_batches.set_epoch(epoch)
+            train_accumulator = TopKAccumulator(ks, num_classes) if evaluate_now else None
+            train_loss = train_one_epoch(
+                model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch
+            )
+            scheduler.step()
+            row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
+            if evaluate_now:
+                train_metrics = train_accumulator.compute()
+                row.update({f"train/top{k}": train_metrics[f"top{k}"] for k in ks})
+                for split, batches in eval_batches.items():
+                    metrics, _ = evaluate(model, loss_fn, batches, ks, num_classes)
+                    row.update({f"{split}/{name}": value for name, value in metrics.items()})
+            row["seconds"] = time.perf_counter() - started
+            in_epoch = False
+            completed_epoch = epoch
+            history.append(row)
+
+            metric = settings.selection_metric
+            value = row.get(metric)
+            if metric != "last" and value is not None and _is_better(value, best_value, metric):
+                best_epoch, best_value = epoch, value
+                best_state = copy.deepcopy(model.state_dict())
+                best_unsaved = True
+            if tensorboard is not None:
+                tensorboard.write(epoch, row)
+            if epoch % max(1, settings.checkpoint_every) == 0 or epoch == settings.epochs:
+                save_checkpoints(epoch, best_unsaved)
+                saved_epoch, best_unsaved = epoch, False
+            if settings.progress and evaluate_now:
+                progress.set_postfix({"loss": f"{train_loss:.4f}"}, refresh=False)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, row)
+    except KeyboardInterrupt:
+        # Between epochs the model is consistent with ``completed_epoch``: save it. Inside an
+        # epoch it is half-updated, so the last checkpoint on disk stays the resume point.
+        if not in_epoch and completed_epoch > saved_epoch:
+            save_checkpoints(completed_epoch, best_unsaved)
+            saved_epoch = completed_epoch
+        raise RunInterrupted(saved_epoch) from None
+    finally:
+        progress.close()
+        if tensorboard is not None:
+            tensorboard.close()
+
+    if settings.selection_metric == "last" or best_state is None:
+        # ``last`` keeps the final epoch; without any evaluated epoch there is nothing to select.
+        best_epoch, best_state = completed_epoch, copy.deepcopy(model.state_dict())
+    _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
+    model.load_state_dict(best_state)
+    final_metrics, per_class = {}, {}
+    for split, batches in eval_batches.items():
+        metrics, accumulator = evaluate(model, loss_fn, batches, ks, num_classes)
+        final_metrics[split] = metrics
+        per_class[split] = accumulator.per_class()
+    seconds = [row["seconds"] for row in history if math.isfinite(row["seconds"])]
+    return FitResult(
+        best_epoch=best_epoch,
+        selection_metric=settings.selection_metric,
+        metrics=final_metrics,
+        per_class=per_class,
+        epoch_seconds=statistics.median(seconds) if seconds else None,
+        history=history,
+    )

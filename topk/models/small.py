@@ -1,0 +1,37 @@
+"""The small models of S20's synthetic experiments (§IV)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+
+def _flat_size(input_shape) -> int:
+    return int(math.prod(input_shape))
+
+
+class LinearClassifier(nn.Module):
+    """A fully connected layer from the input to the class scores, without bias (S20 Exp. 1/2)."""
+
+    def __init__(self, num_classes: int, input_shape, bias: bool = False):
+        super().__init__()
+        self.fc = nn.Linear(_flat_size(input_shape), num_classes, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(x.flatten(1))
+
+
+class MLPClassifier(nn.Module):
+    """One hidden layer of ``hidden`` ReLU units, then a linear layer to the scores (S20 Exp. 3)."""
+
+    def __init__(self, num_classes: int, input_shape, hidden: int = 8):
+        super().__init__()
+        if hidden < 1:
+            raise ValueError(f"model.hidden must be a positive width, got {hidden}.")
+        self.hidden = nn.Linear(_flat_size(input_shape), hidden)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.relu(self.hidden(x.flatten(1))))

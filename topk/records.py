@@ -1,0 +1,141 @@
+"""The run record (DESIGN §3): ``results.json``, ``history.csv`` and TensorBoard scalars.
+
+Every run, finished or not, leaves a ``results.json`` whose ``status`` is ``completed``,
+``failed`` or ``interrupted``; the table and figure scripts read only these files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+import topk
+
+STATUSES = ("completed", "failed", "interrupted", "running")
+REQUIRED_KEYS = {
+    "status": str,
+    "error": (str, type(None)),
+    "experiment": (str, type(None)),
+    "dataset": str,
+    "model": str,
+    "loss": str,
+    "seed": int,
+    "params": dict,
+    "best_epoch": (int, type(None)),
+    "selection_metric": str,
+    "val": dict,
+    "test": dict,
+    "epoch_seconds": (float, int, type(None)),
+    "versions": dict,
+}
+
+
+def flatten(config: Mapping, prefix: str = "") -> dict:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists stay values."""
+    flat = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def versions() -> dict:
+    found = {"topk": topk.__version__, "torch": torch.__version__, "python": platform.python_version()}
+    try:
+        import torchvision
+
+        found["torchvision"] = torchvision.__version__
+    except ImportError:  # torchvision is a dependency; a broken install should not hide a record
+        found["torchvision"] = None
+    return found
+
+
+def write_json_atomic(path: Path, data: Mapping) -> None:
+    """Write JSON through a temporary file, so a kill mid-write never leaves half a file."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=True) + "\n")
+    os.replace(tmp, path)
+
+
+def validate_results(record: Mapping) -> None:
+    """Raise ``ValueError`` naming the first key of ``record`` that breaks the contract."""
+    for key, kind in REQUIRED_KEYS.items():
+        if key not in record:
+            raise ValueError(f"results.json lacks the key {key!r}")
+        if not isinstance(record[key], kind):
+            raise ValueError(f"results.json key {key!r} has type {type(record[key]).__name__}")
+    if record["status"] not in STATUSES:
+        raise ValueError(f"results.json status {record['status']!r} is not one of {STATUSES}")
+    for split in ("val", "test"):
+        for name, value in record[split].items():
+            if not isinstance(value, (int, float)):
+                raise ValueError(f"results.json {split}/{name} is not a number")
+
+
+def write_results(run_dir: Path, record: Mapping) -> Path:
+    validate_results(record)
+    path = Path(run_dir) / "results.json"
+    write_json_atomic(path, record)
+    return path
+
+
+def read_results(path: Path) -> dict:
+    record = json.loads(Path(path).read_text())
+    record["run_dir"] = str(Path(path).parent)
+    return record
+
+
+def write_history(run_dir: Path, rows: Iterable[Mapping]) -> Path:
+    path = Path(run_dir) / "history.csv"
+    tmp = path.with_name("history.csv.tmp")
+    pd.DataFrame(list(rows)).to_csv(tmp, index=False)
+    os.replace(tmp, path)
+    return path
+
+
+def find_results(root: Path) -> list[dict]:
+    """Every ``results.json`` below ``root``, read, each with its ``run_dir``."""
+    return [read_results(path) for path in sorted(Path(root).rglob("results.json"))]
+
+
+class TensorBoardScalars:
+    """TensorBoard event file with one event per epoch holding all of that epoch's scalars.
+
+    One event with many values is what ``SummaryWriter.add_scalar`` would write as many events;
+    grouping them keeps a 1,000-epoch run's logging cost small. ``purge_step`` (on resume)
+    tells TensorBoard to drop the events a previous session wrote from that step on.
+    """
+
+    def __init__(self, log_dir: Path, purge_step: int | None = None):
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from torch.utils.tensorboard.writer import FileWriter
+
+        self._event, self._summary = Event, Summary
+        self._writer = FileWriter(str(log_dir))
+        if purge_step is not None:
+            self._writer.add_event(
+                Event(step=purge_step, session_log=SessionLog(status=SessionLog.START))
+            )
+
+    def write(self, step: int, scalars: Mapping[str, float]) -> None:
+        values = [
+            self._summary.Value(tag=name, simple_value=float(value))
+            for name, value in scalars.items()
+            if isinstance(value, (int, float))
+        ]
+        self._writer.add_summary(self._summary(value=values), step)
+
+    def close(self) -> None:
+        self._writer.flush()
+        self._writer.close()

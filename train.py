@@ -1,0 +1,183 @@
+"""The one training entrypoint.
+
+    python train.py                                  # circles, linear model, cross-entropy
+    python train.py loss=topk_transition loss.k=2    # any config group option, any value
+    python train.py -m +experiment=s20_exp2          # a paper sweep (multirun)
+
+Hydra composes ``conf/train.yaml``; this file is the only place that turns configuration into
+objects (DESIGN §2). Every run leaves its record in its Hydra run directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import signal
+import sys
+from pathlib import Path
+
+import hydra
+import numpy as np
+import torch
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from topk.data import TensorBatches
+from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
+from topk.errors import ConfigError, TopkError
+from topk.losses.targets import check_num_classes_for_k
+from topk.metrics import clip_ks
+from topk.records import flatten, versions, write_results
+
+log = logging.getLogger("train")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _raise_keyboard_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def base_record(cfg: DictConfig, choices) -> dict:
+    return {
+        "status": "running",
+        "error": None,
+        "experiment": cfg.get("experiment"),
+        "dataset": choices.get("dataset") or "custom",
+        "model": choices.get("model") or "custom",
+        "loss": choices.get("loss") or "custom",
+        "seed": int(cfg.seed),
+        "params": flatten(OmegaConf.to_container(cfg, resolve=True)),
+        "best_epoch": None,
+        "selection_metric": cfg.trainer.selection_metric,
+        "val": {},
+        "test": {},
+        "epoch_seconds": None,
+        "versions": versions(),
+    }
+
+
+def check_output_dir(run_dir: Path) -> None:
+    probe = run_dir / ".write_test"
+    try:
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(
+            f"the output directory {run_dir} cannot be written ({error.strerror}); "
+            "choose another with hydra.run.dir=... (or hydra.sweep.dir=... for -m)."
+        ) from None
+
+
+def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict:
+    """Build everything from ``cfg``, train, and fill ``record``; returns the record."""
+    trainer = cfg.trainer
+    if trainer.num_threads:
+        torch.set_num_threads(int(trainer.num_threads))
+    device = resolve_device(trainer.device)
+    seed_everything(int(cfg.seed))
+
+    splits = instantiate(cfg.dataset, seed=int(cfg.seed))
+    loss_fn = instantiate(cfg.loss)
+    check_num_classes_for_k(loss_fn, splits.num_classes)
+    ks = clip_ks(trainer.ks, splits.num_classes)
+    if trainer.selection_metric.startswith("val/") and splits.val is None:
+        raise ConfigError(
+            f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
+            "which this data set configuration has none of; use a test-free metric such as "
+            "last, or give the data set a validation split."
+        )
+
+    model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
+    model.to(device)
+    loss_fn.to(device)
+    optimizer = instantiate(cfg.optim)(model.parameters())
+    scheduler = instantiate(cfg.schedule)(optimizer)
+    augment = instantiate(cfg.augment)
+
+    train_batches = TensorBatches(
+        splits.train, trainer.batch_size, shuffle=trainer.batch_size is not None,
+        seed=int(cfg.seed), device=device,
+    )
+    eval_batches = {}
+    for name in ("val", "test"):
+        split = getattr(splits, name)
+        if split is not None:
+            eval_batches[name] = TensorBatches(split, trainer.eval_batch_size, device=device)
+
+    settings = FitSettings(
+        epochs=int(trainer.epochs),
+        ks=ks,
+        selection_metric=trainer.selection_metric,
+        eval_every=int(trainer.eval_every),
+        checkpoint_every=int(trainer.checkpoint_every),
+        resume=bool(trainer.resume),
+        progress=bool(trainer.progress),
+        tensorboard=bool(trainer.tensorboard),
+        description=f"{record['loss']} seed {record['seed']}",
+    )
+    result = fit(
+        model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
+        splits.num_classes, run_dir, settings, augment=augment, on_epoch_end=on_epoch_end,
+    )
+    record.update(
+        status="completed",
+        best_epoch=result.best_epoch,
+        val=result.metrics.get("val", {}),
+        test=result.metrics.get("test", {}),
+        epoch_seconds=result.epoch_seconds,
+        test_per_class={f"top{k}": v for k, v in result.per_class.get("test", {}).items()},
+        class_counts=splits.class_counts,
+    )
+    return record
+
+
+def train(cfg: DictConfig, on_epoch_end=None) -> dict:
+    """Run one configuration inside Hydra's job context and write its ``results.json``."""
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    choices = hydra_cfg.runtime.choices
+    record = base_record(cfg, choices)
+    check_output_dir(run_dir)
+    write_results(run_dir, record)
+    try:
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    except ValueError:  # not the main thread (some launchers): Ctrl-C handling still applies
+        pass
+    try:
+        run(cfg, run_dir, record, on_epoch_end=on_epoch_end)
+    except RunInterrupted as interruption:
+        record.update(status="interrupted", error=str(interruption))
+        write_results(run_dir, record)
+        raise
+    except Exception as error:
+        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        write_results(run_dir, record)
+        raise
+    write_results(run_dir, record)
+    top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top5")}
+    log.info("completed: test %s; record in %s", top, run_dir / "results.json")
+    return record
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    single_run = HydraConfig.get().mode == RunMode.RUN
+    try:
+        train(cfg)
+    except (TopkError, RunInterrupted) as error:
+        if not single_run:
+            raise
+        # One sentence, no traceback: the message says what is wrong and what to do.
+        print(f"Error: {error}", file=sys.stderr)
+        sys.exit(130 if isinstance(error, RunInterrupted) else 1)
+
+
+if __name__ == "__main__":
+    main()
