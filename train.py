@@ -20,6 +20,7 @@ import hydra
 import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
@@ -63,6 +64,16 @@ def base_record(cfg: DictConfig, choices) -> dict:
     }
 
 
+def build(node: DictConfig, **kwargs):
+    """``hydra.utils.instantiate``, letting the framework's own one-sentence errors through."""
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as error:
+        if isinstance(error.__cause__, TopkError):
+            raise error.__cause__ from None
+        raise
+
+
 def check_output_dir(run_dir: Path) -> None:
     probe = run_dir / ".write_test"
     try:
@@ -83,23 +94,23 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     device = resolve_device(trainer.device)
     seed_everything(int(cfg.seed))
 
-    splits = instantiate(cfg.dataset, seed=int(cfg.seed))
-    loss_fn = instantiate(cfg.loss)
+    splits = build(cfg.dataset, seed=int(cfg.seed))
+    loss_fn = build(cfg.loss)
     check_num_classes_for_k(loss_fn, splits.num_classes)
     ks = clip_ks(trainer.ks, splits.num_classes)
     if trainer.selection_metric.startswith("val/") and splits.val is None:
         raise ConfigError(
             f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
-            "which this data set configuration has none of; use a test-free metric such as "
-            "last, or give the data set a validation split."
+            "and this data set configuration has none; use trainer.selection_metric=last or "
+            "give the data set a validation split."
         )
 
-    model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
+    model = build(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
     model.to(device)
     loss_fn.to(device)
-    optimizer = instantiate(cfg.optim)(model.parameters())
-    scheduler = instantiate(cfg.schedule)(optimizer)
-    augment = instantiate(cfg.augment)
+    optimizer = build(cfg.optim)(model.parameters())
+    scheduler = build(cfg.schedule)(optimizer)
+    augment = build(cfg.augment)
 
     train_batches = TensorBatches(
         splits.train, trainer.batch_size, shuffle=trainer.batch_size is not None,

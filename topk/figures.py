@@ -79,7 +79,8 @@ def summarise(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> p
         )
     summary = done.groupby([parameter, "loss"]).agg(runs=("seed", "count"), **aggregations).reset_index()
     failed = runs[runs["status"] != "completed"].groupby([parameter, "loss"]).size()
-    summary["not_completed"] = [int(failed.get((p, l), 0)) for p, l in zip(summary[parameter], summary["loss"])]
+    keys = zip(summary[parameter], summary["loss"])
+    summary["not_completed"] = [int(failed.get(key, 0)) for key in keys]
     order = {name: i for i, name in enumerate(LOSS_ORDER)}
     summary["_order"] = summary["loss"].map(lambda name: order.get(name, len(order)))
     return summary.sort_values([parameter, "_order"]).drop(columns="_order").reset_index(drop=True)

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from topk.errors import ConfigError
 from topk.losses.targets import check_k, check_labels, target_probabilities
 
 
@@ -95,7 +96,7 @@ class TopKGroupingLoss(nn.Module):
     def __init__(self, k: int = 2):
         super().__init__()
         if k < 1:
-            raise ValueError(f"loss.k must be at least 1, got {k}")
+            raise ConfigError(f"loss.k must be at least 1, got {k}.")
         self.k = k
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -126,7 +127,7 @@ class TopKTransitionLoss(nn.Module):
     def __init__(self, k: int = 2):
         super().__init__()
         if k < 1:
-            raise ValueError(f"loss.k must be at least 1, got {k}")
+            raise ConfigError(f"loss.k must be at least 1, got {k}.")
         self.k = k
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

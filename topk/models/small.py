@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from topk.errors import ConfigError
+
 
 def _flat_size(input_shape) -> int:
     return int(math.prod(input_shape))
@@ -29,7 +31,7 @@ class MLPClassifier(nn.Module):
     def __init__(self, num_classes: int, input_shape, hidden: int = 8):
         super().__init__()
         if hidden < 1:
-            raise ValueError(f"model.hidden must be a positive width, got {hidden}.")
+            raise ConfigError(f"model.hidden must be a positive width, got {hidden}.")
         self.hidden = nn.Linear(_flat_size(input_shape), hidden)
         self.fc = nn.Linear(hidden, num_classes)
 

@@ -1,0 +1,65 @@
+"""Shared fixtures: compose the real config tree and run ``train.py`` in-process or as a CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+CONF = ROOT / "conf"
+SHARED = ROOT.parent / "shared"
+
+sys.path.insert(0, str(ROOT))  # train.py lives at the top level, beside conf/
+
+
+def compose_config(overrides=(), return_hydra_config=False):
+    """Compose ``conf/train.yaml`` with ``overrides`` exactly as ``train.py`` would."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        return compose("train", overrides=list(overrides), return_hydra_config=return_hydra_config)
+
+
+# Quick settings for end-to-end runs: few epochs, no progress bar.
+QUICK = ["trainer.epochs=4", "trainer.progress=false", "trainer.num_threads=1"]
+
+
+def run_in_process(run_dir: Path, overrides=(), on_epoch_end=None):
+    """Compose, set Hydra's job context to ``run_dir`` and call ``train.train``.
+
+    Returns ``(record, cfg)``; exceptions propagate after the record is written, as in a real run.
+    """
+    import train
+
+    cfg = compose_config([*QUICK, *overrides], return_hydra_config=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open_dict(cfg):
+        cfg.hydra.runtime.output_dir = str(run_dir)
+        cfg.hydra.job.num = 0
+    HydraConfig.instance().set_config(cfg)
+    with open_dict(cfg):
+        del cfg["hydra"]
+    return train.train(cfg, on_epoch_end=on_epoch_end), cfg
+
+
+def run_cli(args, cwd=ROOT, timeout=300, env_extra=None):
+    """Run ``python train.py ARGS`` in a subprocess; returns the CompletedProcess."""
+    env = dict(os.environ)
+    env.pop("HYDRA_FULL_ERROR", None)
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    return tmp_path / "run"

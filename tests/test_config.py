@@ -1,0 +1,89 @@
+"""The real config tree composes, and every option of every group instantiates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hydra.errors import MissingConfigException
+from hydra.utils import instantiate
+
+from conftest import CONF, compose_config, run_cli
+
+GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
+
+
+def options(group):
+    return sorted(path.stem for path in (CONF / group).glob("*.yaml"))
+
+
+def all_group_options():
+    return [(group, option) for group in GROUPS for option in options(group)]
+
+
+@pytest.mark.parametrize("group,option", all_group_options())
+def test_every_option_composes_and_instantiates(group, option):
+    cfg = compose_config([f"{group}={option}"])
+    splits = instantiate(cfg.dataset, seed=0)
+    model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
+    loss = instantiate(cfg.loss)
+    optimizer = instantiate(cfg.optim)(model.parameters())
+    scheduler = instantiate(cfg.schedule)(optimizer)
+    augment = instantiate(cfg.augment)
+    inputs, target = augment(splits.train.x[:8], splits.train.y[:8])
+    value = loss(model(inputs), target)
+    assert torch.isfinite(value)
+    assert scheduler.optimizer is optimizer
+
+
+def test_default_run_is_circles_linear_ce():
+    cfg = compose_config()
+    choices = compose_config(return_hydra_config=True).hydra.runtime.choices
+    assert (choices.dataset, choices.model, choices.loss) == ("circles", "linear", "ce")
+    assert cfg.trainer.ks == [1, 2, 3, 5, 10] and cfg.trainer.batch_size is None
+    assert cfg.trainer.device == "auto" and cfg.trainer.selection_metric == "last"
+
+
+EXPERIMENTS = {
+    "s20_exp1": ("dataset.sigma", "10,15,20,25,30", "circles", "linear"),
+    "s20_exp2": ("dataset.d", "30,45,60,75,90", "circles_multimodal", "linear"),
+    "s20_exp3": ("model.hidden", "2,4,8,16,32", "circles_multimodal", "mlp"),
+}
+
+
+@pytest.mark.parametrize("experiment", sorted(EXPERIMENTS))
+def test_s20_experiments_carry_the_paper_settings(experiment):
+    parameter, values, dataset, model = EXPERIMENTS[experiment]
+    cfg = compose_config([f"+experiment={experiment}"], return_hydra_config=True)
+    assert cfg.experiment == experiment
+    assert cfg.hydra.runtime.choices.dataset == dataset
+    assert cfg.hydra.runtime.choices.model == model
+    assert cfg.trainer.epochs == 1000 and cfg.trainer.batch_size is None
+    params = cfg.hydra.sweeper.params
+    assert str(params[parameter]).replace(" ", "") == values
+    assert str(params.loss).replace(" ", "") == "ce,topk_group,topk_transition"
+    assert str(params.seed).replace(" ", "") == "range(10)"
+    if experiment == "s20_exp3":
+        assert cfg.dataset.d == 90
+    for value in values.split(","):
+        for loss in ("ce", "topk_group", "topk_transition"):
+            swept = compose_config([f"+experiment={experiment}", f"{parameter}={value}", f"loss={loss}"])
+            if loss != "ce":
+                assert swept.loss.k == 2
+            splits = instantiate(swept.dataset, seed=0)
+            instantiate(swept.model, num_classes=6, input_shape=splits.input_shape)
+
+
+def test_unknown_option_lists_the_valid_ones():
+    with pytest.raises(MissingConfigException) as raised:
+        compose_config(["loss=nope"])
+    message = str(raised.value)
+    for option in options("loss"):
+        assert option in message
+
+
+def test_cli_unknown_option_lists_the_valid_ones():
+    result = run_cli(["dataset=imagenet_typo"])
+    assert result.returncode != 0
+    assert "Could not find 'dataset/imagenet_typo'" in result.stderr
+    for option in options("dataset"):
+        assert f"\t{option}" in result.stderr
