@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import CONF, compose_config, run_cli
 from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
-
-from conftest import CONF, compose_config, run_cli
 
 GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from topk import paper_results
 from topk.records import find_results
 
 
@@ -21,12 +22,13 @@ class SweepFigure:
     parameter: str  # the flat config key swept (a column of ``params``)
     label: str      # axis label
     title: str
+    log_x: bool = False
 
 
 S20_FIGURES = {
     "s20_exp1": SweepFigure("s20_exp1", "dataset.sigma", "σ (degrees)", "S20 Exp. 1 (Fig. 2): class width σ"),
     "s20_exp2": SweepFigure("s20_exp2", "dataset.d", "d (degrees)", "S20 Exp. 2 (Fig. 3): minor-mode shift d"),
-    "s20_exp3": SweepFigure("s20_exp3", "model.hidden", "hidden units m", "S20 Exp. 3 (Fig. 4): MLP width m"),
+    "s20_exp3": SweepFigure("s20_exp3", "model.hidden", "hidden units m", "S20 Exp. 3 (Fig. 4): MLP width m", log_x=True),
 }
 LOSS_ORDER = ["ce", "topk_group", "topk_transition"]
 LOSS_LABELS = {"ce": "CE", "topk_group": "top-2 grouping", "topk_transition": "top-2 transition"}
@@ -65,25 +67,50 @@ def load_runs(sweep_dir: Path, parameter: str, metrics=("top1", "top2")) -> pd.D
 
 
 def summarise(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
-    """Mean, min, max and count of completed runs per (parameter value, loss)."""
-    done = runs[runs["status"] == "completed"]
+    """Per (parameter value, loss): completed runs, runs that did not complete, and the mean, min
+    and max of each test metric over the completed ones."""
+    runs = runs.assign(completed=runs["status"].eq("completed"))
     aggregations = {}
     for metric in metrics:
         column = f"test/{metric}"
-        aggregations.update(
-            {
-                f"{metric}_mean": (column, "mean"),
-                f"{metric}_min": (column, "min"),
-                f"{metric}_max": (column, "max"),
-            }
+        runs[column] = pd.to_numeric(runs[column])
+        for statistic in ("mean", "min", "max"):
+            aggregations[f"{metric}_{statistic}"] = (column, statistic)
+    summary = (
+        runs.groupby([parameter, "loss"])
+        .agg(
+            runs=("completed", "sum"),
+            not_completed=("completed", lambda done: int((~done).sum())),
+            **aggregations,
         )
-    summary = done.groupby([parameter, "loss"]).agg(runs=("seed", "count"), **aggregations).reset_index()
-    failed = runs[runs["status"] != "completed"].groupby([parameter, "loss"]).size()
-    keys = zip(summary[parameter], summary["loss"])
-    summary["not_completed"] = [int(failed.get(key, 0)) for key in keys]
+        .reset_index()
+    )
     order = {name: i for i, name in enumerate(LOSS_ORDER)}
     summary["_order"] = summary["loss"].map(lambda name: order.get(name, len(order)))
     return summary.sort_values([parameter, "_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def leaders(summary: pd.DataFrame, parameter: str, metrics=("top1", "top2"), tolerance=0.05) -> pd.DataFrame:
+    """Per parameter value, the loss(es) with the best mean of each metric.
+
+    Losses within ``tolerance`` percentage points of the best are listed together (a tie).
+    """
+    rows = []
+    for value, group in summary.groupby(parameter, sort=True):
+        row = {parameter: value}
+        for metric in metrics:
+            means = group.set_index("loss")[f"{metric}_mean"].dropna()
+            best = means.max()
+            row[f"best_{metric}"] = " = ".join(means.index[means >= best - tolerance]) if len(means) else ""
+            if "ce" in means.index and len(means) > 1:
+                row[f"ce_minus_best_other_{metric}"] = means["ce"] - means.drop("ce").max()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def published_claims(experiment: str) -> pd.DataFrame:
+    claims = paper_results.load("s20_synthetic_claims")
+    return claims[claims["experiment"] == experiment][["setting", "claim"]]
 
 
 def plot_summary(summary: pd.DataFrame, figure: SweepFigure, path: Path) -> Path:
@@ -95,7 +122,11 @@ def plot_summary(summary: pd.DataFrame, figure: SweepFigure, path: Path) -> Path
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     for axis, metric in zip(axes, ("top1", "top2")):
         for index, (loss, group) in enumerate(summary.groupby("loss", sort=False)):
-            x = group[figure.parameter].astype(float) + (index - 1) * 0.01 * _span(summary[figure.parameter])
+            x = group[figure.parameter].astype(float)
+            if figure.log_x:  # spread the three losses' markers a little so the bars stay apart
+                x = x * 1.04 ** (index - 1)
+            else:
+                x = x + (index - 1) * 0.01 * _span(summary[figure.parameter])
             mean = group[f"{metric}_mean"]
             axis.errorbar(
                 x, mean,
@@ -105,7 +136,7 @@ def plot_summary(summary: pd.DataFrame, figure: SweepFigure, path: Path) -> Path
         axis.set_xlabel(figure.label)
         axis.set_ylabel(f"{metric.replace('top', 'top-')} test accuracy (%)")
         axis.grid(alpha=0.3)
-        if figure.parameter == "model.hidden":
+        if figure.log_x:
             axis.set_xscale("log", base=2)
     axes[0].legend()
     fig.suptitle(f"{figure.title} — mean over seeds, bars min–max")
@@ -113,6 +144,13 @@ def plot_summary(summary: pd.DataFrame, figure: SweepFigure, path: Path) -> Path
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _display_path(path: Path) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _span(values: pd.Series) -> float:
@@ -138,8 +176,14 @@ def make_s20_figure(experiment: str, sweep_dir: Path, out_dir: Path) -> dict[str
     }
     summary.to_csv(files["csv"], index=False)
     files["md"].write_text(
-        f"# {figure.title}\n\nSweep: `{sweep_dir}`; test accuracy (%) over seeds.\n\n"
+        f"# {figure.title}\n\nSweep: `{_display_path(sweep_dir)}`; test accuracy (%) over seeds "
+        "(runs: completed runs; not_completed: failed or unfinished runs, left out of the means).\n\n"
         + summary.to_markdown(index=False, floatfmt=".2f")
+        + "\n\nBest mean per setting (losses within 0.05 points tie; `ce_minus_best_other`: CE's mean "
+        "minus the best of the other losses, in points):\n\n"
+        + leaders(summary, figure.parameter).to_markdown(index=False, floatfmt=".2f")
+        + "\n\nWhat S20 claims for this experiment (`topk/paper_results/s20_synthetic_claims.csv`):\n\n"
+        + published_claims(experiment).to_markdown(index=False)
         + "\n"
     )
     return files
