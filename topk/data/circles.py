@@ -68,6 +68,10 @@ def _make_splits(
     test_per_class: int,
     val_per_class: int,
 ) -> DataSplits:
+    if sigma < 0:
+        raise ConfigError(
+            f"dataset.sigma is the width of a class in degrees and must be >= 0, got {sigma}."
+        )
     _check_count("train_per_class", train_per_class)
     _check_count("test_per_class", test_per_class)
     _check_count("val_per_class", val_per_class, allow_zero=True)
@@ -88,10 +92,6 @@ def circles(
     val_per_class: int = 0,
 ) -> DataSplits:
     """S20 Experiment 1: six single-mode classes of width ``sigma`` degrees."""
-    if sigma < 0:
-        raise ConfigError(
-            f"dataset.sigma is the width of a class in degrees and must be >= 0, got {sigma}."
-        )
     return _make_splits(seed, sigma, None, train_per_class, test_per_class, val_per_class)
 
 
@@ -104,8 +104,4 @@ def circles_multimodal(
     val_per_class: int = 0,
 ) -> DataSplits:
     """S20 Experiments 2 and 3: a major mode at ``60°·c`` and a minor mode at ``60°·c + d``."""
-    if sigma < 0:
-        raise ConfigError(
-            f"dataset.sigma is the width of a mode in degrees and must be >= 0, got {sigma}."
-        )
     return _make_splits(seed, sigma, d, train_per_class, test_per_class, val_per_class)

@@ -73,7 +73,20 @@ def _hard_label_terms(scores: torch.Tensor, labels: torch.Tensor, k: int):
     return grouping, cross_entropy, torch.exp(log_mass_topk - log_normaliser)
 
 
-class TopKGroupingLoss(nn.Module):
+class _TopKLoss(nn.Module):
+    """Holds and checks ``k``; the class count is checked against it at every call."""
+
+    def __init__(self, k: int = 2):
+        super().__init__()
+        if k < 1:
+            raise ConfigError(f"loss.k must be at least 1, got {k}.")
+        self.k = k
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}"
+
+
+class TopKGroupingLoss(_TopKLoss):
     r"""Top-k grouping loss ``L_k`` of Sawada et al. 2020, eq. 5.
 
     .. math::
@@ -93,21 +106,12 @@ class TopKGroupingLoss(nn.Module):
     Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
     """
 
-    def __init__(self, k: int = 2):
-        super().__init__()
-        if k < 1:
-            raise ConfigError(f"loss.k must be at least 1, got {k}.")
-        self.k = k
-
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         grouping, _, _ = topk_grouping_terms(scores, target, self.k)
         return grouping.mean()
 
-    def extra_repr(self) -> str:
-        return f"k={self.k}"
 
-
-class TopKTransitionLoss(nn.Module):
+class TopKTransitionLoss(_TopKLoss):
     r"""Top-k transition loss ``L_{CE,k}`` of Sawada et al. 2020, eq. 6.
 
     .. math::
@@ -124,15 +128,6 @@ class TopKTransitionLoss(nn.Module):
         Size of the top-k group, ``1 ≤ k < n``.
     """
 
-    def __init__(self, k: int = 2):
-        super().__init__()
-        if k < 1:
-            raise ConfigError(f"loss.k must be at least 1, got {k}.")
-        self.k = k
-
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         grouping, cross_entropy, mass_topk = topk_grouping_terms(scores, target, self.k)
         return ((1 - mass_topk) * cross_entropy + mass_topk * grouping).mean()
-
-    def extra_repr(self) -> str:
-        return f"k={self.k}"
