@@ -10,6 +10,7 @@ objects (DESIGN §2). Every run leaves its record in its Hydra run directory.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
 import signal
@@ -22,7 +23,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import instantiate
+from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from topk.data import TensorBatches
@@ -74,6 +75,15 @@ def build(node: DictConfig, **kwargs):
         raise
 
 
+def data_arguments_for_loss(loss_cfg: DictConfig, splits) -> dict:
+    """The data a loss asks for by name in its constructor: ``class_counts`` of the training split
+    (LDAM and noised imbalanced margins). Losses know nothing of data sets (DESIGN §2)."""
+    parameters = inspect.signature(get_class(loss_cfg._target_)).parameters
+    if "class_counts" in parameters and loss_cfg.get("class_counts") is None:
+        return {"class_counts": splits.class_counts}
+    return {}
+
+
 def check_output_dir(run_dir: Path) -> None:
     probe = run_dir / ".write_test"
     try:
@@ -95,7 +105,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     seed_everything(int(cfg.seed))
 
     splits = build(cfg.dataset, seed=int(cfg.seed))
-    loss_fn = build(cfg.loss)
+    loss_fn = build(cfg.loss, **data_arguments_for_loss(cfg.loss, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
     ks = clip_ks(trainer.ks, splits.num_classes)
     if trainer.selection_metric.startswith("val/") and splits.val is None:
@@ -183,6 +193,8 @@ def main(cfg: DictConfig) -> None:
     try:
         train(cfg)
     except (TopkError, RunInterrupted) as error:
+        if not single_run and isinstance(error, RunInterrupted):
+            raise KeyboardInterrupt from None  # Ctrl-C stops the whole sweep, not just this run
         if not single_run:
             raise
         # One sentence, no traceback: the message says what is wrong and what to do.

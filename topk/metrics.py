@@ -42,6 +42,9 @@ class TopKAccumulator:
         self.totals = torch.zeros(num_classes, dtype=torch.int64, device=device)
 
     def update(self, scores: torch.Tensor, labels: torch.Tensor) -> None:
+        if self.hits.device != scores.device:  # counts follow the scores (CPU or GPU)
+            self.hits, self.totals = self.hits.to(scores.device), self.totals.to(scores.device)
+            self._k_column = self._k_column.to(scores.device)
         rank = target_rank(scores.detach(), labels)
         hits = (rank[None, :] < self._k_column).long()
         self.hits.index_add_(1, labels, hits)

@@ -77,3 +77,24 @@ def check_num_classes_for_k(module: torch.nn.Module, num_classes: int) -> None:
         check_k(k, num_classes)
 
 
+
+
+def expected_over_targets(per_label_loss, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Per-sample ``Σ_i t_i · L(s, i)`` for losses defined on a hard label only.
+
+    ``per_label_loss(scores [M, n], labels [M]) -> [M]`` is the per-sample loss for hard labels.
+    For integer ``target`` this is just that loss. For a probability target only the classes
+    with non-zero mass are evaluated (at most the largest count of non-zeros in a row), so a
+    Mixup target ``λ e_a + (1-λ) e_b`` costs two evaluations and gives exactly
+    ``λ·L(s, y_a) + (1-λ)·L(s, y_b)``, the form S20 and the loss contract use for hinge-type losses.
+    """
+    if not target.dtype.is_floating_point:
+        check_labels(scores, target)
+        return per_label_loss(scores, target)
+    probabilities = target_probabilities(scores, target)
+    support = int((probabilities > 0).sum(dim=1).max()) if len(probabilities) else 1
+    weights, labels = torch.topk(probabilities, max(support, 1), dim=1)
+    batch, width = labels.shape
+    repeated = scores.unsqueeze(1).expand(batch, width, scores.shape[1]).reshape(batch * width, -1)
+    losses = per_label_loss(repeated, labels.reshape(-1)).reshape(batch, width)
+    return (weights * losses).sum(dim=1)

@@ -1,0 +1,38 @@
+"""The loss contract's target handling shared by every loss."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from conftest import compose_config
+from topk.losses.targets import expected_over_targets
+
+
+def per_label_cross_entropy(scores, labels):
+    return F.cross_entropy(scores, labels, reduction="none")
+
+
+def test_expected_over_targets_is_the_mixup_combination():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 5, generator=generator, dtype=torch.float64)
+    y_a = torch.randint(0, 5, (6,), generator=generator)
+    y_b = torch.randint(0, 5, (6,), generator=generator)
+    lam = 0.3
+    target = lam * F.one_hot(y_a, 5).double() + (1 - lam) * F.one_hot(y_b, 5).double()
+    got = expected_over_targets(per_label_cross_entropy, scores, target)
+    expected = lam * per_label_cross_entropy(scores, y_a) + (1 - lam) * per_label_cross_entropy(scores, y_b)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    # Cross-entropy is linear in the target, so the expectation equals its native soft form.
+    torch.testing.assert_close(got, F.cross_entropy(scores, target, reduction="none"))
+    torch.testing.assert_close(expected_over_targets(per_label_cross_entropy, scores, y_a),
+                               per_label_cross_entropy(scores, y_a))
+
+
+def test_train_passes_class_counts_only_to_losses_that_ask():
+    import train
+    from topk.data.circles import circles
+
+    splits = circles(seed=0, train_per_class=7)
+    assert train.data_arguments_for_loss(compose_config(["loss=ce"]).loss, splits) == {}
+    assert train.data_arguments_for_loss(compose_config(["loss=topk_group"]).loss, splits) == {}

@@ -1,0 +1,1 @@
+"""The numerical cores of the losses, as plain functions on tensors."""
