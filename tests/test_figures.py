@@ -7,7 +7,7 @@ import pytest
 from conftest import ROOT, run_cli
 
 from topk.figures import latest_sweep_dir, load_runs, make_s20_figure, summarise
-from topk.records import write_results
+from topk.records import find_results, write_results
 
 
 def fake_record(status, loss, seed, d, top1, top2):
@@ -74,6 +74,18 @@ def test_sweep_with_a_failing_run_still_makes_the_figure(tmp_path):
     table = pd.read_csv(out / "s20_exp1.csv")
     assert table.set_index(["dataset.sigma", "loss"]).loc[(-1, "ce"), "not_completed"] == 1
     assert (out / "s20_exp1.png").exists()
+    # The same sweep command with trainer.resume=true picks every run up in its own directory.
+    before = {record["run_dir"]: record for record in find_results(sweep_dir)}
+    again = run_cli([
+        "-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,-1",
+        "loss=ce,topk_transition", "seed=0", f"hydra.sweep.dir={sweep_dir}", "trainer.resume=true",
+    ])
+    assert "resumed from" in again.stdout + again.stderr
+    after = {record["run_dir"]: record for record in find_results(sweep_dir)}
+    assert after.keys() == before.keys()
+    for run_dir, record in after.items():
+        assert record["status"] == before[run_dir]["status"]
+        assert record["test"] == before[run_dir]["test"]
 
 
 def run_cli_script(args):
