@@ -75,13 +75,16 @@ def build(node: DictConfig, **kwargs):
         raise
 
 
-def data_arguments_for_loss(loss_cfg: DictConfig, splits) -> dict:
-    """The data a loss asks for by name in its constructor: ``class_counts`` of the training split
-    (LDAM and noised imbalanced margins). Losses know nothing of data sets (DESIGN §2)."""
-    parameters = inspect.signature(get_class(loss_cfg._target_)).parameters
-    if "class_counts" in parameters and loss_cfg.get("class_counts") is None:
-        return {"class_counts": splits.class_counts}
-    return {}
+def data_arguments(node: DictConfig, splits) -> dict:
+    """What a loss or augmentation asks for by name in its constructor, from the data:
+    ``class_counts`` of the training split (LDAM and noised imbalanced margins) and
+    ``num_classes`` (Mixup's one-hot targets). Losses know nothing of data sets (DESIGN §2)."""
+    parameters = inspect.signature(get_class(node._target_)).parameters
+    available = {"class_counts": splits.class_counts, "num_classes": splits.num_classes}
+    return {
+        name: value for name, value in available.items()
+        if name in parameters and node.get(name) is None
+    }
 
 
 def check_output_dir(run_dir: Path) -> None:
@@ -105,7 +108,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     seed_everything(int(cfg.seed))
 
     splits = build(cfg.dataset, seed=int(cfg.seed))
-    loss_fn = build(cfg.loss, **data_arguments_for_loss(cfg.loss, splits))
+    loss_fn = build(cfg.loss, **data_arguments(cfg.loss, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
     ks = clip_ks(trainer.ks, splits.num_classes)
     if trainer.selection_metric.startswith("val/") and splits.val is None:
@@ -120,7 +123,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     loss_fn.to(device)
     optimizer = build(cfg.optim)(model.parameters())
     scheduler = build(cfg.schedule)(optimizer)
-    augment = build(cfg.augment)
+    augment = build(cfg.augment, **data_arguments(cfg.augment, splits))
 
     train_batches = TensorBatches(
         splits.train, trainer.batch_size, shuffle=trainer.batch_size is not None,

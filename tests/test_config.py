@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import CONF, compose_config, run_cli
 from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
+
+import train
+from conftest import CONF, compose_config, run_cli
 
 GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
 
@@ -24,10 +26,10 @@ def test_every_option_composes_and_instantiates(group, option):
     cfg = compose_config([f"{group}={option}"])
     splits = instantiate(cfg.dataset, seed=0)
     model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
-    loss = instantiate(cfg.loss)
+    loss = instantiate(cfg.loss, **train.data_arguments(cfg.loss, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
     scheduler = instantiate(cfg.schedule)(optimizer)
-    augment = instantiate(cfg.augment)
+    augment = instantiate(cfg.augment, **train.data_arguments(cfg.augment, splits))
     inputs, target = augment(splits.train.x[:8], splits.train.y[:8])
     value = loss(model(inputs), target)
     assert torch.isfinite(value)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
-from conftest import ROOT, run_cli
 
+from conftest import ROOT, run_cli
 from topk.figures import latest_sweep_dir, load_runs, make_s20_figure, summarise
 from topk.records import find_results, write_results
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import SHARED
 
+from conftest import SHARED
 from topk import paper_results
 
 

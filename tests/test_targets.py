@@ -29,10 +29,12 @@ def test_expected_over_targets_is_the_mixup_combination():
                                per_label_cross_entropy(scores, y_a))
 
 
-def test_train_passes_class_counts_only_to_losses_that_ask():
+def test_train_passes_data_arguments_only_to_constructors_that_ask():
     import train
     from topk.data.circles import circles
 
     splits = circles(seed=0, train_per_class=7)
-    assert train.data_arguments_for_loss(compose_config(["loss=ce"]).loss, splits) == {}
-    assert train.data_arguments_for_loss(compose_config(["loss=topk_group"]).loss, splits) == {}
+    assert train.data_arguments(compose_config(["loss=ce"]).loss, splits) == {}
+    assert train.data_arguments(compose_config(["loss=topk_group"]).loss, splits) == {}
+    mixup = compose_config(["augment=mixup"]).augment
+    assert train.data_arguments(mixup, splits) == {"num_classes": 6}

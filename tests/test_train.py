@@ -10,8 +10,8 @@ import time
 
 import pandas as pd
 import pytest
-from conftest import ROOT, run_cli, run_in_process
 
+from conftest import ROOT, run_cli, run_in_process
 from topk.engine import RunInterrupted
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.records import read_results, validate_results

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from topk.errors import ConfigError
+from topk.models.heads import make_head
 
 
 def _flat_size(input_shape) -> int:
@@ -15,25 +16,29 @@ def _flat_size(input_shape) -> int:
 
 
 class LinearClassifier(nn.Module):
-    """A fully connected layer from the input to the class scores, without bias (S20 Exp. 1/2)."""
+    """A fully connected layer from the input to the class scores, without bias (S20 Exp. 1/2).
 
-    def __init__(self, num_classes: int, input_shape, bias: bool = False):
+    ``head="cosine"`` makes the layer a cosine classifier (see :mod:`topk.models.heads`).
+    """
+
+    def __init__(self, num_classes: int, input_shape, bias: bool = False, head: str = "linear"):
         super().__init__()
-        self.fc = nn.Linear(_flat_size(input_shape), num_classes, bias=bias)
+        self.fc = make_head(head, _flat_size(input_shape), num_classes, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x.flatten(1))
 
 
 class MLPClassifier(nn.Module):
-    """One hidden layer of ``hidden`` ReLU units, then a linear layer to the scores (S20 Exp. 3)."""
+    """One hidden layer of ``hidden`` ReLU units, then a linear (or cosine) layer to the scores
+    (S20 Exp. 3)."""
 
-    def __init__(self, num_classes: int, input_shape, hidden: int = 8):
+    def __init__(self, num_classes: int, input_shape, hidden: int = 8, head: str = "linear"):
         super().__init__()
         if hidden < 1:
             raise ConfigError(f"model.hidden must be a positive width, got {hidden}.")
         self.hidden = nn.Linear(_flat_size(input_shape), hidden)
-        self.fc = nn.Linear(hidden, num_classes)
+        self.fc = make_head(head, hidden, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(torch.relu(self.hidden(x.flatten(1))))

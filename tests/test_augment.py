@@ -1,0 +1,40 @@
+"""Batch augmentations and their targets."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import run_in_process
+from topk.data.augment import Mixup, NoAugment
+from topk.errors import ConfigError
+
+
+def test_mixup_mixes_inputs_and_targets_with_the_same_lambda():
+    torch.manual_seed(0)
+    inputs = torch.randn(16, 3)
+    labels = torch.randint(0, 5, (16,))
+    state = torch.get_rng_state()
+    mixed, target = Mixup(num_classes=5, alpha=0.4)(inputs, labels)
+    assert target.shape == (16, 5)
+    torch.testing.assert_close(target.sum(dim=1), torch.ones(16))
+    torch.set_rng_state(state)  # replay the draws
+    lam = float(torch.distributions.Beta(0.4, 0.4).sample())
+    permutation = torch.randperm(16)
+    torch.testing.assert_close(mixed, lam * inputs + (1 - lam) * inputs[permutation])
+    expected = lam * F.one_hot(labels, 5) + (1 - lam) * F.one_hot(labels[permutation], 5)
+    torch.testing.assert_close(target, expected.float())
+
+
+def test_no_augment_and_bad_alpha():
+    x, y = torch.randn(2, 2), torch.tensor([0, 1])
+    assert NoAugment()(x, y) == (x, y)
+    with pytest.raises(ConfigError, match="augment.alpha must be > 0, got 0"):
+        Mixup(num_classes=3, alpha=0)
+
+
+@pytest.mark.parametrize("loss", ["ce", "topk_group", "topk_transition"])
+def test_training_with_mixup_runs_for_every_loss(tmp_path, loss):
+    record, _ = run_in_process(tmp_path, [f"loss={loss}", "augment=mixup", "trainer.batch_size=256"])
+    assert record["status"] == "completed"
