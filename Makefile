@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 S20_EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3
 
-.PHONY: install demo test test-slow lint bench sweeps $(addprefix sweep-,$(S20_EXPERIMENTS)) \
+.PHONY: install demo test test-slow lint bench bench-losses sweeps $(addprefix sweep-,$(S20_EXPERIMENTS)) \
         $(addprefix figure-,$(S20_EXPERIMENTS)) figures clean
 
 install: $(VENV)/.installed
@@ -31,6 +31,10 @@ lint: install
 # Wall time of the three S20 sweeps against a bare PyTorch loop (outputs/bench/sweeps.{json,md}).
 bench: install
 	$(PY) scripts/bench_sweeps.py
+
+# Speed (ratio to cross-entropy) and float32 stability of every loss (outputs/bench/losses.{json,md}).
+bench-losses: install
+	$(PY) scripts/bench_losses.py
 
 # One multirun sweep per paper figure: `make sweep-s20_exp2` then `make figure-s20_exp2`.
 $(addprefix sweep-,$(S20_EXPERIMENTS)): sweep-%: install

@@ -1,11 +1,32 @@
 """Top-k losses. Each is an ``nn.Module``: ``loss(scores [B, n], target) -> scalar`` where
 ``target`` is int64 labels ``[B]`` or a probability matrix ``[B, n]`` (DESIGN §4).
 
-``ce`` is torch's own :class:`torch.nn.CrossEntropyLoss`, which accepts both target forms.
+``ce`` is torch's own :class:`torch.nn.CrossEntropyLoss`, which accepts both target forms. The
+config name of each loss (``conf/loss/<name>.yaml``) is given beside it.
 """
 
-from torch.nn import CrossEntropyLoss
+from torch.nn import CrossEntropyLoss  # ce
 
-from topk.losses.transition import TopKGroupingLoss, TopKTransitionLoss, topk_membership
+from topk.losses.base import TopKLoss
+from topk.losses.hinge import (  # hinge, cvx_hinge, cal_hinge
+    CalibratedTopKHingeLoss,
+    ConvexTopKHingeLoss,
+    TopKHingeLoss,
+)
+from topk.losses.margin import FocalLoss, LDAMLoss  # focal, ldam
+from topk.losses.noised import (  # noised_bal, noised_imbal
+    NoisedImbalancedTopKHingeLoss,
+    NoisedTopKHingeLoss,
+)
+from topk.losses.smooth_svm import SmoothTopKSVM  # smooth_svm
+from topk.losses.transition import (  # topk_group, topk_transition
+    TopKGroupingLoss,
+    TopKTransitionLoss,
+    topk_membership,
+)
 
-__all__ = ["CrossEntropyLoss", "TopKGroupingLoss", "TopKTransitionLoss", "topk_membership"]
+__all__ = [
+    "CalibratedTopKHingeLoss", "ConvexTopKHingeLoss", "CrossEntropyLoss", "FocalLoss", "LDAMLoss",
+    "NoisedImbalancedTopKHingeLoss", "NoisedTopKHingeLoss", "SmoothTopKSVM", "TopKGroupingLoss",
+    "TopKHingeLoss", "TopKLoss", "TopKTransitionLoss", "topk_membership",
+]

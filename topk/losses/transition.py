@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-from topk.errors import ConfigError
+from topk.losses.base import TopKLoss
 from topk.losses.targets import check_k, check_labels, target_probabilities
 
 
@@ -73,20 +72,7 @@ def _hard_label_terms(scores: torch.Tensor, labels: torch.Tensor, k: int):
     return grouping, cross_entropy, torch.exp(log_mass_topk - log_normaliser)
 
 
-class _TopKLoss(nn.Module):
-    """Holds and checks ``k``; the class count is checked against it at every call."""
-
-    def __init__(self, k: int = 2):
-        super().__init__()
-        if k < 1:
-            raise ConfigError(f"loss.k must be at least 1, got {k}.")
-        self.k = k
-
-    def extra_repr(self) -> str:
-        return f"k={self.k}"
-
-
-class TopKGroupingLoss(_TopKLoss):
+class TopKGroupingLoss(TopKLoss):
     r"""Top-k grouping loss ``L_k`` of Sawada et al. 2020, eq. 5.
 
     .. math::
@@ -111,7 +97,7 @@ class TopKGroupingLoss(_TopKLoss):
         return grouping.mean()
 
 
-class TopKTransitionLoss(_TopKLoss):
+class TopKTransitionLoss(TopKLoss):
     r"""Top-k transition loss ``L_{CE,k}`` of Sawada et al. 2020, eq. 6.
 
     .. math::

@@ -1,0 +1,135 @@
+"""Elementary symmetric polynomials in log-space (B18 §4, Appendices B and C) against enumeration."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from topk.functional.esp import log_esp, log_esp_summation, topk_marginals
+
+TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)
+
+
+def brute_force_log_esp(x, k):
+    """``log σ_j(exp(x))``, j = 0..k, by enumerating every j-subset of every row. float64."""
+    rows = []
+    for row in x:
+        logs = [torch.zeros((), dtype=x.dtype)]  # σ_0 = 1
+        for j in range(1, k + 1):
+            subsets = torch.tensor(list(itertools.combinations(range(len(row)), j)))
+            logs.append(torch.logsumexp(row[subsets].sum(dim=1), dim=0))
+        rows.append(torch.stack(logs))
+    return torch.stack(rows)
+
+
+def value_and_grad(function, x, k, weights):
+    """The function's value and the gradient of ``Σ weights · value`` (all degrees at once)."""
+    x = x.clone().requires_grad_(True)
+    value = function(x, k)
+    (grad,) = torch.autograd.grad((weights * value).sum(), x)
+    return value.detach(), grad
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8, 10])
+@pytest.mark.parametrize("function", [log_esp, log_esp_summation])
+def test_all_degrees_match_enumeration(n, function):
+    generator = torch.Generator().manual_seed(n)
+    x = 2 * torch.randn(5, n, generator=generator, dtype=torch.float64)
+    assert (function(x, 0) == 0).all()  # σ_0 = 1
+    for k in range(1, n + 1):
+        weights = torch.randn(5, k + 1, generator=generator, dtype=torch.float64)
+        got = value_and_grad(function, x, k, weights)
+        expected = value_and_grad(brute_force_log_esp, x, k, weights)
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_minus_infinity_is_a_zero_variable_with_zero_gradient():
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 7, generator=generator, dtype=torch.float64)
+    dropped = x.clone()
+    dropped[:, 2] = float("-inf")
+    weights = torch.randn(4, 6, generator=generator, dtype=torch.float64)
+    value, grad = value_and_grad(log_esp, dropped, 5, weights)
+    expected_value, expected_grad = value_and_grad(log_esp, x[:, [0, 1, 3, 4, 5, 6]], 5, weights)
+    torch.testing.assert_close(value, expected_value, rtol=1e-12, atol=1e-12)
+    assert (grad[:, 2] == 0).all()
+    torch.testing.assert_close(grad[:, [0, 1, 3, 4, 5, 6]], expected_grad, rtol=1e-12, atol=1e-12)
+
+
+def test_gradcheck():
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(3, 6, generator=generator, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: log_esp(x, 4), (x,))
+
+
+def test_rejects_degrees_outside_zero_to_n():
+    x = torch.randn(2, 4)
+    for function in (log_esp, log_esp_summation):
+        with pytest.raises(ValueError, match="0 <= k <= n = 4, got k=5"):
+            function(x, 5)
+        with pytest.raises(ValueError, match="got k=-1"):
+            function(x, -1)
+
+
+def imagenet_like_scores(dtype):
+    """Logits with a spread of about 100 (15·N(0, 1) over 1,000 classes), like a trained net's."""
+    generator = torch.Generator().manual_seed(2018)
+    return (15 * torch.randn(64, 1000, generator=generator, dtype=torch.float64)).to(dtype)
+
+
+@pytest.mark.parametrize("tau", TAUS)
+def test_log_space_is_finite_in_float32_and_agrees_with_float64(tau):
+    k = 5
+    x32 = imagenet_like_scores(torch.float32) / (k * tau)
+    x32 = x32 - x32.amax(dim=1, keepdim=True)  # as the smooth SVM does, for precise gradients
+    weights = torch.zeros(64, k + 1)
+    weights[:, k - 1 :] = 1
+    value32, grad32 = value_and_grad(log_esp, x32, k, weights)
+    value64, grad64 = value_and_grad(log_esp, x32.double(), k, weights.double())
+    assert torch.isfinite(value32).all() and torch.isfinite(grad32).all()
+    torch.testing.assert_close(value32.double(), value64, rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(grad32.double(), grad64, rtol=1e-4, atol=1e-5)
+
+
+def test_summation_algorithm_overflows_as_b18_table_5_reports():
+    """B18 Table 5: the summation algorithm overflows below τ = 1 in float32 and below τ = 0.1 in
+    float64; divide and conquer in log-space never does."""
+    k = 5
+    for dtype, stable_taus in ((torch.float32, (10.0, 1.0)), (torch.float64, (10.0, 1.0, 0.1))):
+        scores = imagenet_like_scores(dtype)
+        for tau in TAUS:
+            summation_finite = bool(torch.isfinite(log_esp_summation(scores / (k * tau), k)).all())
+            assert summation_finite == (tau in stable_taus), (dtype, tau)
+            assert torch.isfinite(log_esp(scores / (k * tau), k)).all(), (dtype, tau)
+
+
+def brute_force_marginals(scores, k):
+    """``P(i ∈ A)`` with ``P(A) ∝ Π_{j∈A} e^{s_j}`` over the k-subsets A. float64."""
+    n = scores.shape[1]
+    subsets = list(itertools.combinations(range(n), k))
+    marginals = torch.zeros_like(scores)
+    for b, row in enumerate(scores):
+        weights = torch.stack([row[list(subset)].sum() for subset in subsets]).softmax(dim=0)
+        for weight, subset in zip(weights, subsets):
+            marginals[b, list(subset)] += weight
+    return marginals
+
+
+@pytest.mark.parametrize("n,k", [(4, 1), (5, 2), (7, 3), (10, 5)])
+def test_topk_marginals_match_enumeration_and_sum_to_k(n, k):
+    generator = torch.Generator().manual_seed(10 * n + k)
+    scores = 2 * torch.randn(6, n, generator=generator, dtype=torch.float64)
+    marginals = topk_marginals(scores, k)
+    torch.testing.assert_close(marginals, brute_force_marginals(scores, k), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(marginals.sum(dim=1), torch.full((6,), float(k), dtype=torch.float64))
+
+
+def test_topk_marginals_work_in_inference_mode_in_float32():
+    scores = imagenet_like_scores(torch.float32)[:8]
+    with torch.inference_mode():
+        marginals = topk_marginals(scores, 5)
+    assert not marginals.requires_grad
+    assert torch.isfinite(marginals).all()
+    torch.testing.assert_close(marginals.sum(dim=1), torch.full((8,), 5.0))

@@ -1,0 +1,318 @@
+"""G22's perturbed top-K (eq. 11–12) and noised top-K hinge losses (eq. 10, 13) against
+brute-force oracles fed the same noise, G22's worked example, and Monte Carlo convergence."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from topk.errors import ConfigError
+from topk.functional.perturbed import candidate_columns, perturbed_topk
+from topk.losses.hinge import CalibratedTopKHingeLoss
+from topk.losses.noised import NoisedImbalancedTopKHingeLoss, NoisedTopKHingeLoss, noised_topk_hinge
+
+
+def kth_largest(values, k):
+    """(value, index) of the k-th largest entry of a list of floats, by Python's sort."""
+    order = sorted(range(len(values)), key=lambda j: -values[j])
+    return values[order[k - 1]], order[k - 1]
+
+
+def oracle_perturbed_topk(scores, k, epsilon, noise):
+    """G22 eq. 11 value and eq. 12 gradient (average one-hot) per row, with explicit loops."""
+    n_samples, batch, n = noise.shape
+    values, grads = [], []
+    for b in range(batch):
+        total, grad = 0.0, [0.0] * n
+        for sample in range(n_samples):
+            perturbed = [scores[b, j].item() + epsilon * noise[sample, b, j].item() for j in range(n)]
+            value, index = kth_largest(perturbed, k)
+            total += value
+            grad[index] += 1 / n_samples
+        values.append(total / n_samples)
+        grads.append(grad)
+    return torch.tensor(values, dtype=torch.float64), torch.tensor(grads, dtype=torch.float64)
+
+
+def oracle_noised_loss(scores, labels, k, epsilon, noise, margins, scale):
+    """Batch mean of scale·(m_y + top̂_{K+1,ε,B}(s) - s_y)_+ and its gradient, G22 eq. 12–13."""
+    thresholds, threshold_grads = oracle_perturbed_topk(scores, k + 1, epsilon, noise)
+    batch, n = scores.shape
+    value, grad = 0.0, torch.zeros(batch, n, dtype=torch.float64)
+    for b in range(batch):
+        y = labels[b].item()
+        margin = margins[y] + thresholds[b].item() - scores[b, y].item()
+        if margin > 0:
+            value += scale * margin / batch
+            grad[b] = scale * (threshold_grads[b] - F.one_hot(labels[b], n)) / batch
+    return torch.tensor(value, dtype=torch.float64), grad
+
+
+def oracle_margins(class_counts, max_margin):
+    raw = [count**-0.25 for count in class_counts]
+    return [max_margin / max(raw) * value for value in raw]
+
+
+def value_and_grad(loss_fn, scores, *args):
+    scores = scores.clone().requires_grad_(True)
+    value = loss_fn(scores, *args)
+    (grad,) = torch.autograd.grad(value, scores)
+    return value.detach(), grad
+
+
+def seeded(function, seed):
+    """``function`` run with torch's global generator seeded, leaving the caller's state alone."""
+
+    def run(*args):
+        with torch.random.fork_rng():
+            torch.manual_seed(seed)
+            return function(*args)
+
+    return run
+
+
+def standard_noise(seed, n_samples, batch, n):
+    return torch.randn(n_samples, batch, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# --- perturbed top-K -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n,k", [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5, n) if k <= n])
+@pytest.mark.parametrize("epsilon", [0.05, 1.0])
+def test_perturbed_topk_matches_brute_force(n, k, epsilon):
+    generator = torch.Generator().manual_seed(100 * n + k)
+    scores = 3 * torch.randn(6, n, generator=generator, dtype=torch.float64)
+    noise = torch.randn(7, 6, n, generator=generator, dtype=torch.float64)
+    weights = torch.rand(6, generator=generator, dtype=torch.float64)
+    value, grad = value_and_grad(lambda s: (weights * perturbed_topk(s, k, epsilon, 7, noise=noise)).sum(), scores)
+    expected_values, expected_grads = oracle_perturbed_topk(scores, k, epsilon, noise)
+    torch.testing.assert_close(value, (weights * expected_values).sum(), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad, weights[:, None] * expected_grads, rtol=1e-9, atol=1e-12)
+
+
+def test_perturbed_topk_on_candidate_columns_matches_brute_force():
+    # Spread scores and small ε: noise is drawn for a few columns per row only.
+    generator = torch.Generator().manual_seed(7)
+    scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
+    noise = torch.randn(5, 32, 10, generator=generator, dtype=torch.float64)
+    assert candidate_columns(scores, 3, 0.05).shape[1] <= 5
+    value, grad = value_and_grad(lambda s: perturbed_topk(s, 3, 0.05, 5, noise=noise).sum(), scores)
+    expected_values, expected_grads = oracle_perturbed_topk(scores, 3, 0.05, noise)
+    torch.testing.assert_close(value, expected_values.sum(), rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grads, rtol=1e-9, atol=1e-12)
+
+
+def test_candidate_columns_keep_every_column_within_the_noise_bound():
+    # k-th largest is 5; with ε = 0.1 the window is 2·0.1·8 = 1.6: columns at ≥ 3.4 are kept.
+    scores = torch.tensor([[9.0, 5.0, 3.5, 3.3, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0]])
+    assert sorted(candidate_columns(scores, 2, 0.1)[0].tolist()) == [0, 1, 2]
+    assert candidate_columns(scores, 2, 1.0).shape[1] == 10  # most columns: all are kept
+
+
+def test_g22_worked_example():
+    # G22 §3.2: s = [2.4, 2.6, 2.3, 0.5], K = 2, ε = 1 and the paper's three noise vectors.
+    scores = torch.tensor([[2.4, 2.6, 2.3, 0.5]], dtype=torch.float64)
+    noise = torch.tensor(
+        [[0.2, -0.1, 0.1, 0.3], [0.1, 0.1, -0.1, 0.1], [-0.1, -0.1, 0.1, -0.1]], dtype=torch.float64
+    ).unsqueeze(1)
+    given = noise.clone()
+    value, grad = value_and_grad(lambda s: perturbed_topk(s, 2, 1.0, 3, noise=noise).sum(), scores)
+    assert torch.equal(noise, given)  # the given noise is read, not overwritten
+    assert value.item() == pytest.approx((2.5 + 2.5 + 2.4) / 3, abs=1e-12)
+    assert round(value.item(), 2) == 2.47
+    torch.testing.assert_close(grad, torch.tensor([[1 / 3, 1 / 3, 1 / 3, 0.0]], dtype=torch.float64))
+    # "if we set ε to a smaller value, e.g. ε = 0.1 ... the same gradient as the non-smoothed top-K".
+    _, grad = value_and_grad(lambda s: perturbed_topk(s, 2, 0.1, 3, noise=noise).sum(), scores)
+    torch.testing.assert_close(grad, torch.tensor([[1.0, 0.0, 0.0, 0.0]], dtype=torch.float64))
+
+
+def test_zero_epsilon_is_exactly_top_k():
+    generator = torch.Generator().manual_seed(1)
+    scores = torch.randn(20, 8, generator=generator)
+    for k in (1, 3, 8):
+        assert torch.equal(perturbed_topk(scores, k, 0.0, 10), torch.topk(scores, k).values[:, -1])
+        _, grad = value_and_grad(lambda s, k=k: perturbed_topk(s, k, 0.0, 10).sum(), scores)
+        _, expected_grad = value_and_grad(lambda s, k=k: torch.topk(s, k).values[:, -1].sum(), scores)
+        assert torch.equal(grad, expected_grad)
+
+
+def smoothed_topk_by_quadrature(scores_row, k, epsilon, points=40001):
+    """E[top_K(s + εZ)] and E[argtop_K(s + εZ)] for one row by numerical integration.
+
+    With X_j = s_j + εZ_j independent, the number of X_j above x is Poisson-binomial with
+    p_j(x) = P(X_j > x); X_(K) ≤ x iff fewer than K exceed x, and j is the K-th largest at x
+    iff exactly K - 1 others exceed x.
+    """
+    n = len(scores_row)
+    x = torch.linspace(scores_row.min() - 12 * epsilon, scores_row.max() + 12 * epsilon, points, dtype=torch.float64)
+    above = torch.special.ndtr((scores_row[None, :] - x[:, None]) / epsilon)  # P(X_j > x)
+
+    def count_distribution(columns):
+        distribution = torch.zeros(points, n + 1, dtype=torch.float64)
+        distribution[:, 0] = 1
+        for j in columns:
+            shifted = torch.cat([torch.zeros(points, 1, dtype=torch.float64), distribution[:, :-1]], dim=1)
+            distribution = distribution * (1 - above[:, j : j + 1]) + shifted * above[:, j : j + 1]
+        return distribution
+
+    cdf = count_distribution(range(n))[:, :k].sum(dim=1)
+    mean = x[0] + torch.trapezoid(1 - cdf, x)
+    gradient = []
+    for j in range(n):
+        density = torch.exp(-0.5 * ((x - scores_row[j]) / epsilon) ** 2) / (epsilon * (2 * torch.pi) ** 0.5)
+        others_above = count_distribution([i for i in range(n) if i != j])[:, k - 1]
+        gradient.append(torch.trapezoid(density * others_above, x))
+    return mean, torch.stack(gradient)
+
+
+@pytest.mark.parametrize("n_samples", [10, 1000, 100_000])
+def test_monte_carlo_converges_to_the_smoothed_top_k(n_samples):
+    # Var(top_K(s + εZ)) ≤ ε² (Gaussian Poincaré inequality: top_K is 1-Lipschitz) and each
+    # gradient entry is a mean of Bernoulli draws (variance ≤ 1/4): five standard errors.
+    scores = torch.tensor([[0.3, 0.0, -0.2, 1.0], [2.0, 2.1, 1.9, 2.05]], dtype=torch.float64)
+    k, epsilon = 2, 0.5
+    generator = torch.Generator().manual_seed(n_samples)
+    for row in scores.split(1):
+        exact_value, exact_gradient = smoothed_topk_by_quadrature(row[0], k, epsilon)
+        assert exact_gradient.sum().item() == pytest.approx(1, abs=1e-9)
+        assert exact_value - row.topk(k).values[0, -1] > 0.1  # smoothing moves the value
+        value, grad = value_and_grad(lambda s: perturbed_topk(s, k, epsilon, n_samples, generator).sum(), row)
+        assert abs(value - exact_value) <= 5 * epsilon / n_samples**0.5
+        assert (grad[0] - exact_gradient).abs().max() <= 5 * 0.5 / n_samples**0.5
+
+
+def test_generator_makes_draws_reproducible_and_every_call_draws_anew():
+    scores = torch.randn(8, 6, dtype=torch.float64)
+    first = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
+    again = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
+    assert torch.equal(first, again)
+    generator = torch.Generator().manual_seed(5)
+    assert not torch.equal(perturbed_topk(scores, 2, 1.0, 3, generator), perturbed_topk(scores, 2, 1.0, 3, generator))
+    # The draw is a standard normal [n_samples, batch, n] in the scores' dtype.
+    expected, _ = oracle_perturbed_topk(scores, 2, 1.0, standard_noise(5, 3, 8, 6))
+    torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-12)
+    assert perturbed_topk(scores.float(), 2, 1.0, 3).dtype == torch.float32
+
+
+def test_perturbed_topk_gradcheck():
+    generator = torch.Generator().manual_seed(9)
+    scores = torch.randn(3, 6, generator=generator, dtype=torch.float64, requires_grad=True)
+    noise = torch.randn(4, 3, 6, generator=generator, dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda s: perturbed_topk(s, 2, 0.5, 4, noise=noise), (scores,))
+
+
+# --- noised top-K hinge losses ---------------------------------------------------------------
+
+CASES = [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5) if k < n]
+
+
+@pytest.mark.parametrize("n,k", CASES)
+@pytest.mark.parametrize("imbalanced", [False, True])
+def test_noised_losses_match_brute_force(n, k, imbalanced):
+    generator = torch.Generator().manual_seed(10 * n + k + 1000 * imbalanced)
+    scores = torch.randn(9, n, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, n, (9,), generator=generator)
+    if imbalanced:
+        counts = [int(c) for c in torch.randint(1, 300, (n,), generator=generator)]
+        loss = NoisedImbalancedTopKHingeLoss(k, epsilon=0.3, n_samples=4, max_margin=0.8, scale=7.0, class_counts=counts)
+        margins, scale = oracle_margins(counts, 0.8), 7.0
+    else:
+        loss = NoisedTopKHingeLoss(k, epsilon=0.3, n_samples=4)
+        margins, scale = [1.0] * n, 1.0
+    value, grad = value_and_grad(seeded(loss, seed=n), scores, labels)
+    expected_value, expected_grad = oracle_noised_loss(scores, labels, k, 0.3, standard_noise(n, 4, 9, n), margins, scale)
+    assert expected_value > 0
+    torch.testing.assert_close(value, expected_value, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-12)
+
+
+def test_functional_noised_hinge_with_given_noise_matches_brute_force():
+    generator = torch.Generator().manual_seed(2)
+    scores = 4 * torch.randn(16, 10, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 10, (16,), generator=generator)
+    noise = torch.randn(3, 16, 10, generator=generator, dtype=torch.float64)
+    margins = torch.linspace(0.5, 2.0, 10, dtype=torch.float64)
+    value, grad = value_and_grad(
+        lambda s: noised_topk_hinge(s, labels, margins, 2, 0.1, 3, noise=noise).mean(), scores
+    )
+    expected = oracle_noised_loss(scores, labels, 2, 0.1, noise, margins.tolist(), 1.0)
+    torch.testing.assert_close((value, grad), expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 5])
+def test_zero_epsilon_is_exactly_the_calibrated_hinge(k):
+    generator = torch.Generator().manual_seed(k)
+    scores = torch.randn(32, 8, generator=generator)
+    labels = torch.randint(0, 8, (32,), generator=generator)
+    noised = value_and_grad(NoisedTopKHingeLoss(k, epsilon=0.0, n_samples=10), scores, labels)
+    calibrated = value_and_grad(CalibratedTopKHingeLoss(k), scores, labels)
+    assert torch.equal(noised[0], calibrated[0]) and torch.equal(noised[1], calibrated[1])
+    # Equal class counts and max_margin 1: every margin is 1, the imbalanced loss is scale × that.
+    imbalanced = NoisedImbalancedTopKHingeLoss(k, epsilon=0.0, max_margin=1.0, scale=4.0, class_counts=[9] * 8)
+    torch.testing.assert_close(value_and_grad(imbalanced, scores, labels), (4 * calibrated[0], 4 * calibrated[1]))
+
+
+@pytest.mark.parametrize(
+    "make_loss",
+    [lambda: NoisedTopKHingeLoss(2, 0.5, 3), lambda: NoisedImbalancedTopKHingeLoss(2, 0.5, 3, 0.4, 9.0, [5, 50, 500, 8, 80])],
+)
+def test_mixup_target_is_the_mix_of_the_two_label_losses_under_the_same_noise(make_loss):
+    generator = torch.Generator().manual_seed(11)
+    scores = torch.randn(16, 5, generator=generator, dtype=torch.float64)
+    first = torch.randint(0, 5, (16,), generator=generator)
+    second = torch.randint(0, 5, (16,), generator=generator)
+    lam = 0.3
+    mixed = lam * F.one_hot(first, 5).double() + (1 - lam) * F.one_hot(second, 5).double()
+    loss = make_loss()
+    value, grad = value_and_grad(seeded(loss, 4), scores, mixed)
+    expected = value_and_grad(
+        lambda s: lam * seeded(loss, 4)(s, first) + (1 - lam) * seeded(loss, 4)(s, second), scores
+    )
+    torch.testing.assert_close((value, grad), expected, rtol=1e-12, atol=1e-14)
+
+
+def test_noised_losses_gradcheck_under_fixed_noise():
+    generator = torch.Generator().manual_seed(6)
+    scores = torch.randn(5, 6, generator=generator, dtype=torch.float64, requires_grad=True)
+    labels = torch.randint(0, 6, (5,), generator=generator)
+    soft = torch.softmax(3 * torch.randn(5, 6, generator=generator, dtype=torch.float64), dim=1)
+    losses = (NoisedTopKHingeLoss(2, 0.5, 4), NoisedImbalancedTopKHingeLoss(2, 0.5, 4, 1.5, 2.0, [1, 2, 3, 40, 50, 60]))
+    for loss in losses:
+        for target in (labels, soft):
+            assert torch.autograd.gradcheck(seeded(loss, 0), (scores, target))
+
+
+def test_noise_follows_the_scores_dtype():
+    scores = torch.randn(4, 10, requires_grad=True)
+    value = NoisedImbalancedTopKHingeLoss(class_counts=list(range(1, 11)))(scores, torch.tensor([0, 3, 9, 4]))
+    value.backward()
+    assert value.dtype == torch.float32 and torch.isfinite(scores.grad).all()
+
+
+def test_bad_inputs_name_the_value():
+    scores = torch.randn(2, 4)
+    labels = torch.tensor([0, 1])
+    with pytest.raises(ConfigError, match=r"loss.epsilon must be >= 0, got -1"):
+        NoisedTopKHingeLoss(2, epsilon=-1)
+    with pytest.raises(ConfigError, match=r"loss.epsilon must be >= 0, got -0.5"):
+        NoisedImbalancedTopKHingeLoss(2, epsilon=-0.5, class_counts=[1, 2, 3, 4])
+    with pytest.raises(ConfigError, match="loss.n_samples must be a positive integer, got 0"):
+        NoisedTopKHingeLoss(2, n_samples=0)
+    with pytest.raises(ConfigError, match="class_counts is missing: this loss needs the training split's class counts"):
+        NoisedImbalancedTopKHingeLoss(2)
+    with pytest.raises(ConfigError, match="loss.scale must be > 0"):
+        NoisedImbalancedTopKHingeLoss(2, scale=-1.0, class_counts=[1, 2, 3, 4])
+    with pytest.raises(ConfigError, match=r"loss.k=4 must be between 1 and .* \(3\)"):
+        NoisedTopKHingeLoss(4)(scores, labels)
+    with pytest.raises(ConfigError, match="at least 1"):
+        NoisedTopKHingeLoss(0)
+    with pytest.raises(ValueError, match="label 4 is out of range for 4 classes"):
+        NoisedTopKHingeLoss(2)(scores, torch.tensor([0, 4]))
+    with pytest.raises(ValueError, match="class_counts has 3 classes but the scores have 4"):
+        NoisedImbalancedTopKHingeLoss(2, class_counts=[1, 2, 3])(scores, labels)
+    with pytest.raises(ValueError, match=r"noise must have shape \[n_samples, batch, classes\] = \[3, 2, 4\]"):
+        perturbed_topk(scores, 2, 1.0, 3, noise=torch.randn(3, 2, 5))
+    with pytest.raises(ValueError, match="needs 1 <= k <= n = 4, got k=5"):
+        perturbed_topk(scores, 5, 1.0, 3)

@@ -1,0 +1,141 @@
+"""Top-K hinge losses: Lapin et al. 2015's top-K hinge and its convex upper bound, and the
+top-K calibrated hinge of Yang & Koyejo 2020, as written in G22 (eq. 4, Table 1, eq. 5).
+
+Notation (G22 §3.1): ``top_K(s)`` is the K-th largest entry of ``s``, ``s\\y`` the scores
+without the label's, ``e_y`` the y-th basis vector, ``(·)_+ = max(·, 0)``. All three losses are
+piecewise linear; autograd gives their (sub)gradient, which has at most ``K + 1`` non-zeros.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from topk.errors import ConfigError
+from topk.losses.base import TopKLoss
+from topk.losses.targets import check_k, check_scores, expected_over_targets
+
+
+def _label_scores(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    return scores.gather(1, labels[:, None]).squeeze(1)
+
+
+def topk_hinge(scores: torch.Tensor, labels: torch.Tensor, k: int, alpha: float) -> torch.Tensor:
+    """Per-sample ``(α + top_K(s\\y) - s_y)_+`` (G22 eq. 4), a ``[B]`` tensor."""
+    others = scores.scatter(1, labels[:, None], float("-inf"))
+    kth_other = torch.topk(others, k, dim=1).values[:, -1]
+    return F.relu(alpha + kth_other - _label_scores(scores, labels))
+
+
+def convex_topk_hinge(scores: torch.Tensor, labels: torch.Tensor, k: int, alpha: float) -> torch.Tensor:
+    """Per-sample ``((1/K) Σ_{k≤K} top_k(α·1 - α·e_y + s) - s_y)_+`` (G22 Table 1), a ``[B]`` tensor.
+
+    The sum of the K largest entries of ``s + α(1 - e_y)``: the label keeps its score, every
+    other class gets the margin added.
+    """
+    label_scores = _label_scores(scores, labels)
+    augmented = (scores + alpha).scatter(1, labels[:, None], label_scores[:, None])
+    return F.relu(torch.topk(augmented, k, dim=1).values.mean(dim=1) - label_scores)
+
+
+def calibrated_topk_hinge(scores: torch.Tensor, labels: torch.Tensor, k: int, alpha: float) -> torch.Tensor:
+    """Per-sample ``(α + top_{K+1}(s) - s_y)_+`` (G22 eq. 5), a ``[B]`` tensor."""
+    kth_next = torch.topk(scores, k + 1, dim=1).values[:, -1]
+    return F.relu(alpha + kth_next - _label_scores(scores, labels))
+
+
+class _HingeLoss(TopKLoss):
+    """Holds ``k`` and the margin ``α``; the batch mean of :meth:`per_label_loss` over the target.
+
+    Soft targets ``t`` (Mixup) give ``Σ_i t_i ℓ(s, i)``: these losses are defined on hard labels
+    only (S20 §V-B says the same of the smooth top-k SVM, which "cannot be directly applied" to
+    soft labels).
+    """
+
+    def __init__(self, k: int = 5, alpha: float = 1.0):
+        super().__init__(k)
+        if not alpha >= 0:
+            raise ConfigError(f"loss.alpha must be >= 0, got {alpha}.")
+        self.alpha = alpha
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}, alpha={self.alpha}"
+
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        check_scores(scores)
+        check_k(self.k, scores.shape[1])
+        return expected_over_targets(self.per_label_loss, scores, target).mean()
+
+
+class TopKHingeLoss(_HingeLoss):
+    r"""Top-K hinge loss of Lapin et al. 2015 (G22 eq. 4).
+
+    .. math::
+        \ell_{\mathrm{Hinge}}^K(s, y) = \big(α + \mathrm{top}_K(s_{\setminus y}) - s_y\big)_+
+
+    Zero once the label beats the K-th best other class by the margin ``α``. Not top-K
+    calibrated (Yang & Koyejo 2020).
+
+    Parameters
+    ----------
+    k : int
+        ``K``, the number of guesses, ``1 ≤ K < n``.
+    alpha : float
+        Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
+
+    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    """
+
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return topk_hinge(scores, labels, self.k, self.alpha)
+
+
+class ConvexTopKHingeLoss(_HingeLoss):
+    r"""Convex top-K hinge loss of Lapin et al. 2015 (G22 Table 1, :math:`\ell_{\mathrm{CVXHinge}}^K`).
+
+    .. math::
+        \ell_{\mathrm{CVXHinge}}^K(s, y) =
+            \Big(\frac{1}{K} \sum_{k=1}^{K} \mathrm{top}_k(α\mathbf 1 - α e_y + s) - s_y\Big)_+
+
+    A convex upper bound of :class:`TopKHingeLoss`: the mean of the K largest entries of
+    ``s + α(1 - e_y)`` instead of the K-th largest other score.
+
+    Parameters
+    ----------
+    k : int
+        ``K``, the number of guesses, ``1 ≤ K < n``.
+    alpha : float
+        Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
+
+    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    """
+
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return convex_topk_hinge(scores, labels, self.k, self.alpha)
+
+
+class CalibratedTopKHingeLoss(_HingeLoss):
+    r"""Top-K calibrated hinge loss of Yang & Koyejo 2020 (G22 eq. 5 and 17).
+
+    .. math::
+        \ell_{\mathrm{Cal.Hinge}}^K(s, y) = \big(α + \mathrm{top}_{K+1}(s) - s_y\big)_+
+
+    Zero once the label beats the (K+1)-th largest score, its own included, by ``α``. It is
+    top-K calibrated, and the ``ε = 0`` case of G22's noised losses
+    (:class:`~topk.losses.noised.NoisedTopKHingeLoss`).
+
+    Parameters
+    ----------
+    k : int
+        ``K``, the number of guesses, ``1 ≤ K < n``.
+    alpha : float
+        Margin ``α ≥ 0`` (1 in Yang & Koyejo and G22).
+
+    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    """
+
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return calibrated_topk_hinge(scores, labels, self.k, self.alpha)

@@ -1,0 +1,159 @@
+"""Noised top-K hinge losses of Garcin et al. 2022 (G22): the calibrated top-K hinge of Yang &
+Koyejo 2020 with its ``top_{K+1}`` smoothed by Gaussian perturbation (§3.2, eq. 10), and its
+variant with LDAM margins for imbalanced data (§3.3, eq. 13).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from topk.functional.perturbed import check_perturbation, perturbed_topk
+from topk.losses.base import TopKLoss
+from topk.losses.margin import check_scale, ldam_margins, margins_for
+from topk.losses.targets import check_k, check_labels, check_scores, target_probabilities
+
+
+def noised_topk_hinge(
+    scores: torch.Tensor,
+    target: torch.Tensor,
+    margins: torch.Tensor,
+    k: int,
+    epsilon: float,
+    n_samples: int,
+    generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
+) -> torch.Tensor:
+    r"""Per-sample ``(m_y + top̂_{K+1,ε,B}(s) - s_y)_+`` (G22 eq. 10 and 13), a ``[batch]`` tensor.
+
+    ``top̂_{K+1,ε,B}`` is :func:`~topk.functional.perturbed.perturbed_topk` (eq. 11); the
+    gradient is G22 eq. 12, ``1{m_y + top̂ > s_y} · (argtop̂_{K+1,ε,B}(s) - e_y)`` (G22 writes ``≥``;
+    the two differ only on the kink). ``margins`` is
+    ``[n]``. The smoothed threshold does not depend on the label, so a probability target ``t``
+    (Mixup) gives ``Σ_i t_i (m_i + top̂ - s_i)_+`` with one noise draw shared by all labels: for
+    ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
+    ``generator`` and ``noise`` are passed to ``perturbed_topk``.
+    """
+    check_scores(scores)
+    check_k(k, scores.shape[1])
+    threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise)
+    if target.dtype.is_floating_point:
+        probabilities = target_probabilities(scores, target)
+        return (probabilities * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
+    check_labels(scores, target)
+    label_scores = scores.gather(1, target[:, None]).squeeze(1)
+    return F.relu(margins[target] + threshold - label_scores)
+
+
+class NoisedTopKHingeLoss(TopKLoss):
+    r"""Noised balanced top-K hinge loss of G22 (eq. 10; ``noised_bal``).
+
+    .. math::
+        \ell_{\mathrm{Noised\,bal.}}^{K,ε,B}(s, y)
+            = \big(1 + \widehat{\mathrm{top}}_{K+1,ε,B}(s) - s_y\big)_+,
+        \qquad \widehat{\mathrm{top}}_{K+1,ε,B}(s)
+            = \frac{1}{B} \sum_{b=1}^{B} \mathrm{top}_{K+1}(s + ε Z_b)
+
+    The calibrated top-K hinge (:class:`~topk.losses.hinge.CalibratedTopKHingeLoss`, which it
+    equals for ``ε = 0``) with its threshold smoothed by Gaussian perturbation (§3.2). ``B``
+    fresh noise vectors ``Z_b ~ N(0, I)`` per sample are drawn at every call from torch's
+    random generator (seed it for reproducible runs), on the scores' device and dtype. The
+    gradient is G22 eq. 12 (see :func:`~topk.functional.perturbed.perturbed_topk`).
+
+    Parameters
+    ----------
+    k : int
+        ``K``, the number of guesses, ``1 ≤ K < n``.
+    epsilon : float
+        Noise scale ``ε ≥ 0`` (G22: 0.2 on CIFAR-100, Table 2 for its influence).
+    n_samples : int
+        Noise vectors ``B`` per sample (G22: 10 on CIFAR-100, 3 to 10 advised, Table 3).
+
+    Accepts int64 labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
+    :func:`noised_topk_hinge`); returns the batch mean.
+    """
+
+    def __init__(self, k: int = 5, epsilon: float = 1.0, n_samples: int = 10):
+        super().__init__(k)
+        check_perturbation(epsilon, n_samples)
+        self.epsilon = epsilon
+        self.n_samples = n_samples
+
+    def extra_repr(self) -> str:
+        return f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}"
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        check_scores(scores)
+        margins = scores.new_ones(scores.shape[1])
+        return noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples).mean()
+
+
+class NoisedImbalancedTopKHingeLoss(TopKLoss):
+    r"""Noised imbalanced top-K hinge loss of G22 (eq. 13, §4.5; ``noised_imbal``).
+
+    .. math::
+        \ell_{\mathrm{Noised\,imbal.}}^{K,ε,B,m_y}(s, y)
+            = λ \big(m_y + \widehat{\mathrm{top}}_{K+1,ε,B}(s) - s_y\big)_+,
+        \qquad m_y = \frac{C}{n_y^{1/4}}
+
+    :class:`NoisedTopKHingeLoss` with the LDAM margins of Cao et al. 2019
+    (:func:`~topk.losses.margin.ldam_margins`): rarer classes must win by a larger margin.
+
+    Where the scale ``λ`` goes: eq. 13 has none; §4.5 normalises the last layer (cosine scores
+    in ``[-1, 1]``) and "multiplies the scores by a scaling constant", tuned like LDAM's, whose
+    scale multiplies the scores *after* the margin is subtracted (Cao et al.). Read the same way
+    here, margins and ``ε`` are in units of the cosine scores and ``λ`` multiplies the hinge, as
+    SPEC.md writes it and as G22's published code does (``scale * (m_y + top̂ - s_y)``, then
+    ReLU). Scaling the scores first instead would shrink the margins and the noise by ``λ``
+    (``max_margin = 0.2`` against scores of ±60), which the shared tuning of ``max_margin``
+    with LDAM (same best value 0.2) argues against.
+
+    Parameters
+    ----------
+    k : int
+        ``K``, the number of guesses, ``1 ≤ K < n``.
+    epsilon : float
+        Noise scale ``ε ≥ 0`` (G22: 0.01 on Pl@ntNet-300K).
+    n_samples : int
+        Noise vectors ``B`` per sample (G22: 5 on Pl@ntNet-300K).
+    max_margin : float
+        Margin of the rarest class, ``max_y m_y`` (G22: 0.2).
+    scale : float
+        ``λ > 0`` (G22: 60 on Pl@ntNet-300K; 50 suggested as default in its Appendix E).
+    class_counts : list of int
+        Training samples per class; ``train.py`` passes the training split's counts.
+
+    Accepts int64 labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
+    :func:`noised_topk_hinge`); returns the batch mean.
+    """
+
+    def __init__(
+        self,
+        k: int = 5,
+        epsilon: float = 0.01,
+        n_samples: int = 5,
+        max_margin: float = 0.2,
+        scale: float = 60.0,
+        class_counts: Sequence[int] | None = None,
+    ):
+        super().__init__(k)
+        check_perturbation(epsilon, n_samples)
+        check_scale(scale)
+        self.epsilon = epsilon
+        self.n_samples = n_samples
+        self.max_margin = max_margin
+        self.scale = scale
+        self.register_buffer("margins", ldam_margins(class_counts, max_margin), persistent=False)
+
+    def extra_repr(self) -> str:
+        return (
+            f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}, "
+            f"max_margin={self.max_margin}, scale={self.scale}, classes={len(self.margins)}"
+        )
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        margins = margins_for(self.margins, scores)
+        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples)
+        return self.scale * hinge.mean()
