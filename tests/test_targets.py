@@ -36,5 +36,8 @@ def test_train_passes_data_arguments_only_to_constructors_that_ask():
     splits = circles(seed=0, train_per_class=7)
     assert train.data_arguments(compose_config(["loss=ce"]).loss, splits) == {}
     assert train.data_arguments(compose_config(["loss=topk_group"]).loss, splits) == {}
+    for loss in ("ldam", "noised_imbal"):
+        arguments = train.data_arguments(compose_config([f"loss={loss}"]).loss, splits)
+        assert arguments == {"class_counts": [7] * 6}
     mixup = compose_config(["augment=mixup"]).augment
     assert train.data_arguments(mixup, splits) == {"num_classes": 6}

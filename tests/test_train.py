@@ -23,7 +23,10 @@ def read_record(run_dir):
     return record
 
 
-@pytest.mark.parametrize("loss", ["ce", "topk_group", "topk_transition"])
+LOSSES = sorted(path.stem for path in (ROOT / "conf" / "loss").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("loss", LOSSES)
 def test_each_loss_writes_a_valid_record(run_dir, loss):
     overrides = [f"loss={loss}", "dataset.val_per_class=20", "trainer.selection_metric=val/top2"]
     record, _ = run_in_process(run_dir, overrides)
