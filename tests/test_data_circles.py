@@ -76,3 +76,10 @@ def test_batches_cover_the_split_once_and_reshuffle_per_epoch():
     assert not torch.equal(first, torch.cat([y for _, y in batches]))
     full = TensorBatches(splits.train, batch_size=None)
     assert [len(y) for _, y in full] == [60]
+
+
+def test_batches_apply_the_transform_to_inputs_only():
+    splits = circles(seed=0, train_per_class=5)
+    batches = TensorBatches(splits.train, batch_size=7, transform=lambda x: 2 * x)
+    inputs, labels = next(iter(batches))
+    assert torch.equal(inputs, 2 * splits.train.x[:7]) and torch.equal(labels, splits.train.y[:7])

@@ -18,7 +18,8 @@ class TensorBatches:
     """Iterate over ``split`` in batches of ``batch_size`` (``None``: the whole split at once).
 
     The split is moved to ``device`` once. With ``shuffle``, each epoch draws a permutation from
-    a generator seeded with ``(seed, epoch)``.
+    a generator seeded with ``(seed, epoch)``. ``transform`` (e.g. crop, flip and normalisation
+    from :mod:`topk.data.transforms`) is applied to each batch of inputs on the device.
     """
 
     def __init__(
@@ -28,6 +29,7 @@ class TensorBatches:
         shuffle: bool = False,
         seed: int = 0,
         device: torch.device | str = "cpu",
+        transform=None,
     ):
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer or null, got {batch_size}")
@@ -37,6 +39,7 @@ class TensorBatches:
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.transform = transform
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -47,6 +50,10 @@ class TensorBatches:
         return -(-len(self.y) // self.batch_size)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for inputs, labels in self._batches():
+            yield (inputs if self.transform is None else self.transform(inputs)), labels
+
+    def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.y)
         if self.batch_size is None or self.batch_size >= n:
             if not self.shuffle:
