@@ -27,6 +27,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from topk.data import TensorBatches
+from topk.data.transforms import Normalize
 from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
 from topk.errors import ConfigError, TopkError
 from topk.losses.targets import check_num_classes_for_k
@@ -124,16 +125,18 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     optimizer = build(cfg.optim)(model.parameters())
     scheduler = build(cfg.schedule)(optimizer)
     augment = build(cfg.augment, **data_arguments(cfg.augment, splits))
+    normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
     train_batches = TensorBatches(
         splits.train, trainer.batch_size, shuffle=trainer.batch_size is not None,
         seed=int(cfg.seed), device=device,
+        transform=augment.train_transform(splits.input_shape, normalize),
     )
     eval_batches = {}
     for name in ("val", "test"):
         split = getattr(splits, name)
         if split is not None:
-            eval_batches[name] = TensorBatches(split, trainer.eval_batch_size, device=device)
+            eval_batches[name] = TensorBatches(split, trainer.eval_batch_size, device=device, transform=normalize)
 
     settings = FitSettings(
         epochs=int(trainer.epochs),

@@ -41,3 +41,25 @@ def test_training_with_mixup_runs_for_every_loss(tmp_path, loss):
         overrides.append("model.head=cosine")  # these losses carry the scale of a cosine head
     record, _ = run_in_process(tmp_path, overrides)
     assert record["status"] == "completed"
+
+
+def test_image_augmentation_crops_then_normalises_then_cuts_out():
+    from topk.data.augment import Augmentation
+    from topk.data.transforms import Normalize
+
+    torch.manual_seed(0)
+    images = torch.randint(1, 256, (4, 3, 8, 8), dtype=torch.uint8)
+    normalize = Normalize(mean=(0.5, 0.5, 0.5), std=(0.2, 0.2, 0.2))
+    augmentation = Augmentation(num_classes=3, crop_padding=0, flip=False, cutout_size=2)
+    out = augmentation.train_transform((3, 8, 8), normalize)(images)
+    zeroed = out == 0
+    assert zeroed.any() and (zeroed.all(dim=1) == zeroed.any(dim=1)).all()  # whole pixels
+    torch.testing.assert_close(out[~zeroed], normalize(images)[~zeroed])  # zero = the mean colour
+    assert Augmentation(num_classes=3).train_transform((2,), None) is None
+
+
+def test_image_augmentation_on_vectors_is_a_clear_error():
+    from topk.data.augment import Augmentation
+
+    with pytest.raises(ConfigError, match=r"crops, flips or cuts out images, but the inputs have shape \(2,\)"):
+        Augmentation(num_classes=6, crop_padding=4, flip=True).train_transform((2,))

@@ -122,6 +122,7 @@ def test_nan_loss_fails_the_run_with_a_record(run_dir):
         (["trainer.selection_metric=val/top1"], "needs a validation split"),
         (["trainer.selection_metric=test/top7"], "is not available in this run; choose one of last"),
         (["model=mlp", "model.hidden=0"], "model.hidden must be a positive width"),
+        (["augment=cutout"], "crops, flips or cuts out images"),
     ],
 )
 def test_bad_input_stops_before_training(run_dir, overrides, message):

@@ -2,13 +2,15 @@
 
 An augmentation is a callable ``(inputs, labels) -> (inputs, target)`` applied to each training
 batch; ``target`` is what the loss receives (int64 labels, or a probability matrix for Mixup, as in
-the loss contract of DESIGN §4). Per-image transforms (crops, flips) belong to the data pipeline.
+the loss contract of DESIGN §4). :class:`Augmentation` also carries the per-image transforms of
+image data (crop, flip, Cutout; :mod:`topk.data.transforms`), applied to training batches.
 """
 
 from __future__ import annotations
 
 import torch
 
+from topk.data.transforms import Compose, Cutout, RandomCropFlip
 from topk.errors import ConfigError
 
 
@@ -49,3 +51,56 @@ class Mixup:
 
     def __repr__(self) -> str:
         return f"Mixup(alpha={self.alpha})"
+
+
+class Augmentation:
+    """The training augmentation of a run (``conf/augment/*.yaml``).
+
+    Two parts:
+
+    * per-image transforms for image data, applied to every training batch on the device:
+      random crop with ``crop_padding`` pixels of zero padding and a horizontal ``flip``
+      (``standard``), then the data set's normalisation, then Cutout of ``cutout_size`` pixels
+      (zeroed after normalisation, i.e. set to the mean colour, as DeVries & Taylor do);
+    * the batch → target step: Mixup with ``mixup_alpha`` (soft targets), or nothing.
+
+    ``augment=none`` is all off; image options on non-image data stop with a clear error.
+    """
+
+    def __init__(
+        self,
+        num_classes: int,
+        crop_padding: int | None = None,
+        flip: bool = False,
+        cutout_size: int | None = None,
+        mixup_alpha: float | None = None,
+    ):
+        self.crop = None
+        if crop_padding is not None or flip:
+            self.crop = RandomCropFlip(padding=crop_padding or 0, flip=flip)
+        self.cutout = Cutout(cutout_size) if cutout_size is not None else None
+        self.mixup = Mixup(num_classes, mixup_alpha) if mixup_alpha is not None else None
+
+    @property
+    def needs_images(self) -> bool:
+        return self.crop is not None or self.cutout is not None
+
+    def train_transform(self, input_shape, normalize=None):
+        """The per-batch input transform for training batches of ``input_shape`` inputs."""
+        if self.needs_images and len(input_shape) != 3:
+            raise ConfigError(
+                f"this augmentation crops, flips or cuts out images, but the inputs have shape "
+                f"{tuple(input_shape)}; use augment=none or augment=mixup for non-image data."
+            )
+        if self.crop is None and self.cutout is None and normalize is None:
+            return None
+        return Compose(self.crop, normalize, self.cutout)
+
+    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor):
+        if self.mixup is None:
+            return inputs, labels
+        return self.mixup(inputs, labels)
+
+    def __repr__(self) -> str:
+        parts = [repr(part) for part in (self.crop, self.cutout, self.mixup) if part is not None]
+        return f"Augmentation({', '.join(parts) or 'none'})"

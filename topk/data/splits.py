@@ -23,13 +23,16 @@ class DataSplits:
     """Train, validation (``None`` when the protocol has none) and test splits of one data set.
 
     ``class_counts`` are the training-split counts per class, the plain list that margin-based
-    losses (LDAM, noised imbalanced) receive.
+    losses (LDAM, noised imbalanced) receive. Image data sets keep uint8 images and give the
+    per-channel ``mean`` and ``std`` (fractions of 255) that normalise them on the device.
     """
 
     train: TensorSplit
     val: TensorSplit | None
     test: TensorSplit
     num_classes: int
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
 
     @property
     def input_shape(self) -> tuple[int, ...]:

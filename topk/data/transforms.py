@@ -41,6 +41,9 @@ class RandomCropFlip:
         self.padding = padding
         self.flip = flip
 
+    def __repr__(self) -> str:
+        return f"RandomCropFlip(padding={self.padding}, flip={self.flip})"
+
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         batch, _, height, width = images.shape
         pad = self.padding
@@ -65,6 +68,9 @@ class Cutout:
         if size < 1:
             raise ConfigError(f"augment.cutout_size must be a positive number of pixels, got {size}.")
         self.size = size
+
+    def __repr__(self) -> str:
+        return f"Cutout(size={self.size})"
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         batch, _, height, width = images.shape
