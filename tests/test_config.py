@@ -21,7 +21,15 @@ def all_group_options():
     return [(group, option) for group in GROUPS for option in options(group)]
 
 
-@pytest.mark.parametrize("group,option", all_group_options())
+VECTOR_MODELS = {"linear", "mlp"}  # the others are image models, checked on 32x32 images
+
+
+def image_model_options():
+    return [option for option in options("model") if option not in VECTOR_MODELS]
+
+
+@pytest.mark.parametrize("group,option", [(g, o) for g, o in all_group_options()
+                                          if not (g == "model" and o not in VECTOR_MODELS)])
 def test_every_option_composes_and_instantiates(group, option):
     cfg = compose_config([f"{group}={option}"])
     splits = instantiate(cfg.dataset, seed=0)
@@ -34,6 +42,14 @@ def test_every_option_composes_and_instantiates(group, option):
     value = loss(model(inputs), target)
     assert torch.isfinite(value)
     assert scheduler.optimizer is optimizer
+
+
+@pytest.mark.parametrize("option", image_model_options())
+def test_every_image_model_composes_and_instantiates(option):
+    cfg = compose_config([f"model={option}"])
+    model = instantiate(cfg.model, num_classes=10, input_shape=(3, 32, 32)).eval()
+    with torch.no_grad():
+        assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
 
 
 def test_default_run_is_circles_linear_ce():
