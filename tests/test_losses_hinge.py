@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import mixup_target, value_and_grad
 from topk.errors import ConfigError
 from topk.losses.hinge import (
     CalibratedTopKHingeLoss,
@@ -63,20 +64,8 @@ def oracle_loss(oracle, scores, target, k, alpha):
     return total / len(scores)
 
 
-def value_and_grad(loss_fn, scores, target):
-    scores = scores.clone().requires_grad_(True)
-    value = loss_fn(scores, target)
-    (grad,) = torch.autograd.grad(value, scores)
-    return value.detach(), grad
 
 
-def mixup_target(generator, batch, n):
-    """Rows λ e_a + (1-λ) e_b with a ≠ b and λ random per row (some rows one-hot)."""
-    first = torch.randint(0, n, (batch,), generator=generator)
-    second = (first + torch.randint(1, n, (batch,), generator=generator)) % n
-    lam = torch.rand(batch, 1, generator=generator, dtype=torch.float64)
-    lam[0] = 1.0
-    return lam * F.one_hot(first, n).double() + (1 - lam) * F.one_hot(second, n).double()
 
 
 CASES = [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5) if k < n]

@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import mixup_target, value_and_grad
 from topk.errors import ConfigError
 from topk.losses.margin import FocalLoss, LDAMLoss, ldam_margins
 
@@ -45,18 +46,8 @@ def oracle_loss(per_sample, scores, target):
     return total / len(scores)
 
 
-def value_and_grad(loss_fn, scores, target):
-    scores = scores.clone().requires_grad_(True)
-    value = loss_fn(scores, target)
-    (grad,) = torch.autograd.grad(value, scores)
-    return value.detach(), grad
 
 
-def mixup_target(generator, batch, n):
-    first = torch.randint(0, n, (batch,), generator=generator)
-    second = (first + torch.randint(1, n, (batch,), generator=generator)) % n
-    lam = torch.rand(batch, 1, generator=generator, dtype=torch.float64)
-    return lam * F.one_hot(first, n).double() + (1 - lam) * F.one_hot(second, n).double()
 
 
 def random_counts(generator, n):

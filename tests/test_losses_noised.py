@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.functional.perturbed import candidate_columns, perturbed_topk
 from topk.losses.hinge import CalibratedTopKHingeLoss
@@ -54,11 +55,6 @@ def oracle_margins(class_counts, max_margin):
     return [max_margin / max(raw) * value for value in raw]
 
 
-def value_and_grad(loss_fn, scores, *args):
-    scores = scores.clone().requires_grad_(True)
-    value = loss_fn(scores, *args)
-    (grad,) = torch.autograd.grad(value, scores)
-    return value.detach(), grad
 
 
 def seeded(function, seed):

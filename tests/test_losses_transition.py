@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.losses import TopKGroupingLoss, TopKTransitionLoss, topk_membership
 
@@ -33,11 +34,6 @@ def oracle_loss(scores, target, k, which):
     return sum(values) / len(values)
 
 
-def value_and_grad(loss_fn, scores, target):
-    scores = scores.clone().requires_grad_(True)
-    value = loss_fn(scores, target)
-    (grad,) = torch.autograd.grad(value, scores)
-    return value.detach(), grad
 
 
 CASES = [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5) if k < n]

@@ -12,6 +12,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 
 from conftest import CONF
+from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.losses.smooth_svm import SmoothTopKSVM, smooth_topk_svm
 
@@ -36,11 +37,6 @@ def oracle_per_sample(scores, labels, k, tau, alpha):
     return torch.stack(losses)
 
 
-def value_and_grad(loss_fn, scores, target):
-    scores = scores.clone().requires_grad_(True)
-    value = loss_fn(scores, target)
-    (grad,) = torch.autograd.grad(value.sum(), scores)
-    return value.detach(), grad
 
 
 CASES = [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5) if k < n]
