@@ -109,6 +109,11 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     seed_everything(int(cfg.seed))
 
     splits = build(cfg.dataset, seed=int(cfg.seed))
+    train_labels = getattr(splits, "train_labels_full", None)
+    if train_labels is not None:  # the labels actually trained on (noisy), -1 where held out
+        np.save(run_dir / "train_labels.npy", np.asarray(train_labels, dtype=np.int64))
+    if getattr(splits, "noise_rate", None) is not None:
+        record["noise_rate"] = float(splits.noise_rate)
     loss_fn = build(cfg.loss, **data_arguments(cfg.loss, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
     ks = clip_ks(trainer.ks, splits.num_classes)

@@ -63,3 +63,48 @@ def run_cli(args, cwd=ROOT, timeout=300, env_extra=None):
 @pytest.fixture
 def run_dir(tmp_path):
     return tmp_path / "run"
+
+
+def write_tiny_cifar100(root: Path, train_per_class: int = 6, test_per_class: int = 2, seed: int = 0) -> Path:
+    """A CIFAR-100 of random images in the official python-pickle format, under ``root``.
+
+    Coarse labels follow the official mapping (read from shared/ when it is there, else a
+    stand-in grouping of five fine labels per coarse class).
+    """
+    import json
+    import pickle
+
+    import numpy as np
+
+    mapping_file = SHARED / "cifar100_fine_to_coarse.json"
+    if mapping_file.exists():
+        fine_to_coarse = json.loads(mapping_file.read_text())["fine_to_coarse"]
+    else:
+        fine_to_coarse = [fine // 5 for fine in range(100)]
+    rng = np.random.default_rng(seed)
+    folder = Path(root) / "cifar-100-python"
+    folder.mkdir(parents=True, exist_ok=True)
+    for part, per_class in (("train", train_per_class), ("test", test_per_class)):
+        fine = np.repeat(np.arange(100), per_class)
+        rng.shuffle(fine)
+        entry = {
+            b"filenames": [f"{part}_{i}.png".encode() for i in range(len(fine))],
+            b"batch_label": f"{part} batch".encode(),
+            b"fine_labels": fine.tolist(),
+            b"coarse_labels": [fine_to_coarse[label] for label in fine],
+            b"data": rng.integers(0, 256, (len(fine), 3072), dtype=np.uint8),
+        }
+        with open(folder / part, "wb") as handle:
+            pickle.dump(entry, handle, protocol=2)
+    meta = {
+        b"fine_label_names": [f"fine_{i}".encode() for i in range(100)],
+        b"coarse_label_names": [f"coarse_{i}".encode() for i in range(20)],
+    }
+    with open(folder / "meta", "wb") as handle:
+        pickle.dump(meta, handle, protocol=2)
+    return Path(root)
+
+
+@pytest.fixture(scope="session")
+def tiny_cifar100(tmp_path_factory):
+    return write_tiny_cifar100(tmp_path_factory.mktemp("cifar"))

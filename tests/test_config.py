@@ -30,8 +30,11 @@ def image_model_options():
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, o in all_group_options()
                                           if not (g == "model" and o not in VECTOR_MODELS)])
-def test_every_option_composes_and_instantiates(group, option):
-    cfg = compose_config([f"{group}={option}"])
+def test_every_option_composes_and_instantiates(group, option, tiny_cifar100):
+    overrides = [f"{group}={option}"]
+    if option == "cifar100":
+        overrides += [f"dataset.root={tiny_cifar100}", "dataset.val_size=100"]
+    cfg = compose_config(overrides)
     splits = instantiate(cfg.dataset, seed=0)
     model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
     loss = instantiate(cfg.loss, **train.data_arguments(cfg.loss, splits))

@@ -1,0 +1,206 @@
+"""CIFAR-100 reader, train/validation split and label noise on a tiny data set in the real format."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD, CifarSplits, cifar100
+from topk.errors import ConfigError
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+FINE_TO_COARSE = json.loads((SHARED / "cifar100_fine_to_coarse.json").read_text())["fine_to_coarse"]
+COARSE_OF = torch.tensor(FINE_TO_COARSE)
+
+
+def write_cifar100(root: Path, train_per_class: int, test_per_class: int, seed: int = 0) -> dict:
+    """Write ``root/cifar-100-python/{train,test,meta}`` as the official (cPickle) release does."""
+    rng = np.random.default_rng(seed)
+    folder = root / "cifar-100-python"
+    folder.mkdir(parents=True)
+    written = {}
+    for name, per_class in (("train", train_per_class), ("test", test_per_class)):
+        fine = rng.permutation(np.repeat(np.arange(100), per_class)).tolist()
+        data = rng.integers(0, 256, size=(len(fine), 3072), dtype=np.uint8)
+        entry = {
+            b"filenames": [f"img_{i}.png".encode() for i in range(len(fine))],
+            b"batch_label": f"{name} batch".encode(),
+            b"fine_labels": fine,
+            b"coarse_labels": [FINE_TO_COARSE[f] for f in fine],
+            b"data": data,
+        }
+        with open(folder / name, "wb") as handle:
+            pickle.dump(entry, handle, protocol=2)
+        written[name] = entry
+    meta = {
+        b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
+        b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)],
+    }
+    with open(folder / "meta", "wb") as handle:
+        pickle.dump(meta, handle, protocol=2)
+    return written
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cifar")
+    return root, write_cifar100(root, train_per_class=6, test_per_class=2)
+
+
+@pytest.fixture(scope="module")
+def larger(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cifar_larger")
+    write_cifar100(root, train_per_class=60, test_per_class=1)
+    return root
+
+
+def test_shapes_dtypes_and_pixel_layout(tiny):
+    root, written = tiny
+    splits = cifar100(seed=0, root=root, val_size=100)
+    assert isinstance(splits, CifarSplits) and splits.num_classes == 100
+    assert splits.train.x.shape == (500, 3, 32, 32) and splits.train.x.dtype == torch.uint8
+    assert splits.val.x.shape == (100, 3, 32, 32) and splits.test.x.shape == (200, 3, 32, 32)
+    for part in (splits.train, splits.val, splits.test):
+        assert part.y.dtype == torch.int64
+    assert splits.mean == CIFAR100_MEAN and splits.std == CIFAR100_STD
+    assert splits.mean[0] == pytest.approx(125.3 / 255) and splits.std[2] == pytest.approx(
+        66.7 / 255
+    )
+    data, fine = written["test"][b"data"], written["test"][b"fine_labels"]
+    for i in (0, 7, 199):  # the test set is the file, in order
+        image = splits.test.x[i]
+        assert image[0, 0].tolist() == data[i][:32].tolist()  # red, first row
+        assert image[1, 0].tolist() == data[i][1024:1056].tolist()  # green, first row
+        assert image[2, 31].tolist() == data[i][3072 - 32 :].tolist()  # blue, last row
+    assert splits.test.y.tolist() == fine
+
+
+def test_split_deterministic_balanced_disjoint_and_independent_of_run_seed(tiny):
+    root, written = tiny
+    fine = torch.tensor(written["train"][b"fine_labels"])
+    a = cifar100(seed=0, root=root, val_size=200)
+    b = cifar100(seed=5, root=root, val_size=200)
+    c = cifar100(seed=0, root=root, val_size=200, split_seed=1)
+    assert np.array_equal(a.val_indices, b.val_indices)
+    assert not np.array_equal(a.val_indices, c.val_indices)
+    assert torch.equal(a.val.x, b.val.x) and torch.equal(a.train.x, b.train.x)
+    assert torch.bincount(a.val.y, minlength=100).tolist() == [2] * 100
+    assert a.class_counts == [4] * 100
+    val_idx = torch.as_tensor(a.val_indices)
+    assert torch.equal(a.val.y, fine[val_idx])
+    train_idx = torch.as_tensor(np.flatnonzero(a.train_labels_full >= 0))
+    assert len(set(train_idx.tolist()) & set(val_idx.tolist())) == 0
+    assert len(train_idx) + len(val_idx) == 600
+    data = torch.from_numpy(written["train"][b"data"]).reshape(-1, 3, 32, 32)
+    assert torch.equal(a.train.x, data[train_idx]) and torch.equal(a.val.x, data[val_idx])
+
+
+def test_no_validation_and_train_labels_full(tiny):
+    root, written = tiny
+    fine = np.asarray(written["train"][b"fine_labels"])
+    splits = cifar100(seed=0, root=root, val_size=0)
+    assert splits.val is None and len(splits.train) == 600
+    assert np.array_equal(splits.train_labels_full, fine) and splits.noise_rate == 0.0
+    held = cifar100(seed=0, root=root, val_size=100, noise=0.5)
+    full = held.train_labels_full
+    assert full.dtype == np.int64 and full.shape == (600,)
+    assert np.array_equal(np.flatnonzero(full == -1), held.val_indices)
+    assert np.array_equal(full[full >= 0], held.train.y.numpy())
+
+
+def test_noise_zero_leaves_labels_unchanged(tiny):
+    root, written = tiny
+    clean = cifar100(seed=0, root=root, val_size=100)
+    zero = cifar100(seed=3, root=root, val_size=100, noise=0.0)
+    assert torch.equal(clean.train.y, zero.train.y) and zero.noise_rate == 0.0
+    fine = np.asarray(written["train"][b"fine_labels"])
+    assert np.array_equal(clean.train.y.numpy(), fine[clean.train_labels_full >= 0])
+
+
+def test_full_noise_stays_in_true_coarse_class_and_spreads(tiny):
+    root, written = tiny
+    fine = torch.tensor(written["train"][b"fine_labels"])
+    clean = cifar100(seed=0, root=root, val_size=100)
+    noisy = cifar100(seed=0, root=root, val_size=100, noise=1.0)
+    assert torch.equal(COARSE_OF[noisy.train.y], COARSE_OF[clean.train.y])
+    # every coarse class: the noisy labels cover several (typically all 5) of its fine labels
+    for c in range(20):
+        drawn = set(noisy.train.y[COARSE_OF[clean.train.y] == c].tolist())
+        assert len(drawn) >= 3 and drawn <= set(torch.nonzero(COARSE_OF == c).flatten().tolist())
+    assert 0.6 < noisy.noise_rate < 0.95
+    # validation and test labels stay clean
+    assert torch.equal(noisy.val.y, fine[torch.as_tensor(noisy.val_indices)])
+    assert noisy.test.y.tolist() == written["test"][b"fine_labels"]
+
+
+def test_published_code_grouping_leaves_the_coarse_class(tiny):
+    root, _ = tiny
+    clean = cifar100(seed=0, root=root, val_size=100)
+    noisy = cifar100(seed=0, root=root, val_size=100, noise=1.0, noise_groups="published_code")
+    y = noisy.train.y
+    assert torch.equal(y - y % 5, clean.train.y - clean.train.y % 5)
+    left = COARSE_OF[y] != COARSE_OF[clean.train.y]
+    assert left.float().mean() > 0.3
+
+
+def test_noise_depends_on_seed_only(tiny):
+    root, _ = tiny
+    a = cifar100(seed=1, root=root, val_size=100, noise=0.5)
+    b = cifar100(seed=1, root=root, val_size=100, noise=0.5)
+    c = cifar100(seed=2, root=root, val_size=100, noise=0.5)
+    assert torch.equal(a.train.y, b.train.y) and a.noise_rate == b.noise_rate
+    assert not torch.equal(a.train.y, c.train.y)
+    # a sample's noisy label does not depend on which images are held out
+    d = cifar100(seed=1, root=root, val_size=0, noise=0.5)
+    kept = a.train_labels_full >= 0
+    assert np.array_equal(a.train_labels_full[kept], d.train_labels_full[kept])
+
+
+def test_realised_noise_rate(larger):
+    for p in (0.2, 0.5):
+        splits = cifar100(seed=0, root=larger, val_size=500, noise=p)
+        assert splits.noise_rate == pytest.approx(p * 4 / 5, abs=0.03)
+
+
+def test_missing_root_says_what_to_do(tmp_path):
+    with pytest.raises(ConfigError, match="dataset.root.*cifar-100-python/.*dataset.download=true"):
+        cifar100(seed=0, root=tmp_path / "nowhere")
+    (tmp_path / "cifar-100-python").mkdir()
+    (tmp_path / "cifar-100-python" / "meta").write_bytes(b"")
+    with pytest.raises(ConfigError, match="train, test"):
+        cifar100(seed=0, root=tmp_path)
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
+def test_bad_noise_probability(tiny, p):
+    root, _ = tiny
+    with pytest.raises(ConfigError, match="dataset.noise"):
+        cifar100(seed=0, root=root, noise=p)
+
+
+def test_bad_noise_groups_and_val_size(tiny):
+    root, _ = tiny
+    with pytest.raises(ConfigError, match="coarse, published_code"):
+        cifar100(seed=0, root=root, noise=0.1, noise_groups="consecutive")
+    with pytest.raises(ConfigError, match="dataset.val_size"):
+        cifar100(seed=0, root=root, val_size=600)
+
+
+def test_download_uses_torchvision_and_reports_failure(tmp_path, monkeypatch):
+    import torchvision.datasets
+
+    calls = []
+
+    def offline(root, train, download):
+        calls.append((root, train, download))
+        raise RuntimeError("no internet")
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR100", offline)
+    with pytest.raises(ConfigError, match="Could not download CIFAR-100.*no internet"):
+        cifar100(seed=0, root=tmp_path, download=True)
+    assert calls == [(str(tmp_path), True, True)]

@@ -1,0 +1,301 @@
+"""CIFAR-100 from the official python-pickle release, with the papers' label-noise protocol.
+
+Files: ``<root>/cifar-100-python/{train,test,meta}``, pickled dicts with bytes keys: ``b"data"``
+[N, 3072] uint8 (row-major, the 1024 red values, then green, then blue), ``b"fine_labels"``,
+``b"coarse_labels"``; ``meta`` holds ``b"fine_label_names"`` and ``b"coarse_label_names"``.
+
+Protocol (SPEC.md §2): the 50,000 training images give 45,000 for training and a held-out
+validation set of ``val_size`` (5,000) images, balanced per class, chosen by a generator seeded
+with ``split_seed`` (not the run seed) so every run sees the same validation set; the 10,000 test
+images are the test set.
+
+Label noise ``p`` (B18 / G22): on the training part only, with probability ``p`` a label is
+replaced by one drawn uniformly from the fine labels of its true coarse class (taken from the
+files' ``coarse_labels``; it may be the label itself, so about ``p * 4/5`` labels change). The
+published codes instead draw ``label - label % 5 + u``, which assumes the five fine labels of a
+superclass are consecutive; they are not (fine labels are alphabetical), so that noise leaves the
+superclass. ``noise_groups="published_code"`` reproduces it for comparison. The random draws are
+made for all 50,000 training images in file order from a generator seeded with the run seed, so a
+sample's noisy label depends only on ``(seed, p)`` and the noisy sets are nested in ``p``.
+
+Images stay uint8 in memory; normalisation (``CIFAR100_MEAN`` / ``CIFAR100_STD``) and
+augmentation happen later, on the device.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from topk.data.splits import DataSplits, TensorSplit
+from topk.errors import ConfigError
+
+FOLDER = "cifar-100-python"
+FILES = ("train", "test", "meta")
+IMAGE_SHAPE = (3, 32, 32)
+NUM_CLASSES = 100
+
+CIFAR100_MEAN = (125.3 / 255.0, 123.0 / 255.0, 113.9 / 255.0)
+CIFAR100_STD = (63.0 / 255.0, 62.1 / 255.0, 66.7 / 255.0)
+
+NOISE_GROUPS = ("coarse", "published_code")
+PUBLISHED_GROUP_SIZE = 5
+
+_WHERE = (
+    "set dataset.root to the folder that contains cifar-100-python/, "
+    "or dataset.download=true on a machine with internet"
+)
+
+
+@dataclass
+class CifarSplits(DataSplits):
+    """``DataSplits`` plus what a run record needs about the CIFAR training labels.
+
+    ``train_labels_full``: int64 array of length 50,000 in the order of the original training
+    file, the label actually trained on (after noise), ``-1`` for images held out for validation.
+    ``noise_rate``: the realised fraction of training labels that the noise changed.
+    ``val_indices``: positions (in the training file) of the validation images, ascending.
+    """
+
+    train_labels_full: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    noise_rate: float = 0.0
+    val_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+
+@dataclass
+class CifarPart:
+    """One official file: uint8 images [N, 3, 32, 32], fine and coarse int64 labels [N]."""
+
+    x: torch.Tensor
+    fine: torch.Tensor
+    coarse: torch.Tensor
+
+
+def _unpickle(path: Path) -> dict:
+    with open(path, "rb") as handle:
+        return pickle.load(handle, encoding="bytes")
+
+
+def _get(entry: dict, key: str, path: Path):
+    for candidate in (key.encode(), key):
+        if candidate in entry:
+            return entry[candidate]
+    raise ConfigError(
+        f"{path} has no '{key}' entry, so it is not the official CIFAR-100 python release; {_WHERE}."
+    )
+
+
+def read_cifar100_part(path: str | Path) -> CifarPart:
+    """Read the official ``train`` or ``test`` pickle into uint8 images and fine/coarse labels."""
+    path = Path(path)
+    entry = _unpickle(path)
+    data = np.asarray(_get(entry, "data", path), dtype=np.uint8)
+    fine = torch.as_tensor(np.asarray(_get(entry, "fine_labels", path), dtype=np.int64))
+    coarse = torch.as_tensor(np.asarray(_get(entry, "coarse_labels", path), dtype=np.int64))
+    if data.ndim != 2 or data.shape[1] != math.prod(IMAGE_SHAPE) or len(fine) != len(data):
+        raise ConfigError(
+            f"{path} holds data of shape {data.shape} with {len(fine)} labels instead of "
+            f"[N, 3072] images with N labels; {_WHERE}."
+        )
+    x = torch.from_numpy(data.reshape(-1, *IMAGE_SHAPE).copy())
+    return CifarPart(x=x, fine=fine, coarse=coarse)
+
+
+def read_cifar100_meta(path: str | Path) -> tuple[list[str], list[str]]:
+    """Fine and coarse label names from the official ``meta`` pickle."""
+    path = Path(path)
+    entry = _unpickle(path)
+    names = []
+    for key in ("fine_label_names", "coarse_label_names"):
+        values = _get(entry, key, path)
+        names.append([v.decode() if isinstance(v, bytes) else str(v) for v in values])
+    return names[0], names[1]
+
+
+def _locate(root: str | Path, download: bool) -> Path:
+    root = Path(root).expanduser()
+    folder = root / FOLDER
+    if download:
+        from torchvision.datasets import CIFAR100
+
+        try:
+            for train in (True, False):
+                CIFAR100(str(root), train=train, download=True)  # fetches and checks md5
+        except Exception as error:  # no network, bad checksum, unwritable root
+            raise ConfigError(
+                f"Could not download CIFAR-100 into {root} ({error}); {_WHERE}."
+            ) from error
+    if not folder.is_dir():
+        raise ConfigError(f"CIFAR-100 folder {folder} does not exist; {_WHERE}.")
+    missing = [name for name in FILES if not (folder / name).is_file()]
+    if missing:
+        raise ConfigError(
+            f"CIFAR-100 folder {folder} lacks the file(s) {', '.join(missing)}; {_WHERE}."
+        )
+    return folder
+
+
+def validation_indices(labels: torch.Tensor, val_size: int, split_seed: int) -> torch.Tensor:
+    """Ascending positions of ``val_size`` held-out images, balanced per class when possible.
+
+    When ``val_size`` is a multiple of the number of classes present and every class has enough
+    images, each class gives ``val_size / classes`` images; otherwise a uniform random subset.
+    Only ``split_seed`` (not the run seed) drives the choice.
+    """
+    if val_size == 0:
+        return torch.zeros(0, dtype=torch.int64)
+    generator = torch.Generator().manual_seed(split_seed)
+    classes, counts = torch.unique(labels, return_counts=True)
+    per_class, remainder = divmod(val_size, len(classes))
+    if remainder == 0 and int(counts.min()) > per_class:
+        # random order, then a stable sort by label: the first `per_class` of each class
+        order = torch.randperm(len(labels), generator=generator)
+        by_class = order[torch.argsort(labels[order], stable=True)]
+        starts = torch.cumsum(counts, 0) - counts
+        rank = torch.arange(len(labels)) - torch.repeat_interleave(starts, counts)
+        chosen = by_class[rank < per_class]
+    else:
+        chosen = torch.randperm(len(labels), generator=generator)[:val_size]
+    return torch.sort(chosen).values
+
+
+def noisy_labels(
+    fine: torch.Tensor,
+    coarse: torch.Tensor,
+    p: float,
+    seed: int,
+    noise_groups: str = "coarse",
+) -> torch.Tensor:
+    """Replace each label with probability ``p`` by a uniform draw from its group.
+
+    ``noise_groups="coarse"``: the group is the set of fine labels sharing the label's true
+    coarse class (from ``coarse``). ``"published_code"``: ``label - label % 5 + u``. The draws are
+    made for every position from a generator seeded with ``seed``, so the result at a position
+    depends only on ``(seed, p)`` and labels noisy at ``p`` stay noisy at any larger ``p``.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    flip = torch.rand(len(fine), generator=generator, dtype=torch.float64) < p
+    pick = torch.rand(len(fine), generator=generator, dtype=torch.float64)
+    if noise_groups == "published_code":
+        u = (pick * PUBLISHED_GROUP_SIZE).long()
+        replacement = fine - fine % PUBLISHED_GROUP_SIZE + u
+    else:
+        num_coarse = int(coarse.max()) + 1 if len(coarse) else 0
+        groups = [torch.unique(fine[coarse == c]) for c in range(num_coarse)]
+        sizes = torch.tensor([len(g) for g in groups], dtype=torch.int64)
+        width = int(sizes.max()) if len(groups) else 0
+        table = torch.full((num_coarse, max(width, 1)), -1, dtype=torch.int64)
+        for c, members in enumerate(groups):
+            table[c, : len(members)] = members
+        size = sizes[coarse]
+        u = torch.minimum((pick * size).long(), size - 1)
+        replacement = table[coarse, u]
+    return torch.where(flip, replacement, fine)
+
+
+def _check_coarse_consistent(fine: torch.Tensor, coarse: torch.Tensor, path: Path) -> None:
+    mapping = torch.full((int(fine.max()) + 1,), -1, dtype=torch.int64)
+    mapping[fine] = coarse
+    if not torch.equal(mapping[fine], coarse):
+        raise ConfigError(
+            f"{path} gives one fine label more than one coarse label, so it is not the official "
+            f"CIFAR-100 release; {_WHERE}."
+        )
+
+
+def cifar100(
+    seed: int,
+    root: str | Path,
+    download: bool = False,
+    val_size: int = 5000,
+    noise: float = 0.0,
+    noise_groups: str = "coarse",
+    split_seed: int = 0,
+) -> CifarSplits:
+    """CIFAR-100: train (minus ``val_size`` held out), validation, test; optional label noise.
+
+    Parameters
+    ----------
+    seed : int
+        The run seed; drives only the label noise.
+    root : path
+        Folder containing ``cifar-100-python/``.
+    download : bool
+        Fetch (and md5-check) the release with torchvision first.
+    val_size : int
+        Training images held out for validation (0: none), balanced per class when divisible.
+    noise : float
+        Probability ``p`` that a training label is redrawn within its group.
+    noise_groups : str
+        ``"coarse"`` (true superclasses) or ``"published_code"`` (``label - label % 5 + u``).
+    split_seed : int
+        Seed of the train/validation split, fixed across runs.
+    """
+    if not (isinstance(noise, numbers.Real) and 0.0 <= float(noise) <= 1.0):
+        raise ConfigError(
+            f"dataset.noise is a probability and must lie in [0, 1], got {noise}; "
+            "set it to e.g. 0.2."
+        )
+    if noise_groups not in NOISE_GROUPS:
+        raise ConfigError(
+            f"dataset.noise_groups must be one of {', '.join(NOISE_GROUPS)}, got {noise_groups!r}."
+        )
+    folder = _locate(root, download)
+    train_part = read_cifar100_part(folder / "train")
+    test_part = read_cifar100_part(folder / "test")
+    fine_names, _ = read_cifar100_meta(folder / "meta")
+    num_classes = len(fine_names) or NUM_CLASSES
+    n_full = len(train_part.fine)
+    if (
+        isinstance(val_size, bool)
+        or not isinstance(val_size, numbers.Integral)
+        or not (0 <= val_size < n_full)
+    ):
+        raise ConfigError(
+            f"dataset.val_size must be a whole number from 0 to {n_full - 1} (training images "
+            f"to hold out), got {val_size}."
+        )
+    for part, name in ((train_part, "train"), (test_part, "test")):
+        if len(part.fine) and (int(part.fine.min()) < 0 or int(part.fine.max()) >= num_classes):
+            raise ConfigError(
+                f"{folder / name} has fine labels outside 0..{num_classes - 1}; {_WHERE}."
+            )
+    _check_coarse_consistent(train_part.fine, train_part.coarse, folder / "train")
+
+    val_idx = validation_indices(train_part.fine, int(val_size), split_seed)
+    is_train = torch.ones(n_full, dtype=torch.bool)
+    is_train[val_idx] = False
+
+    labels_full = train_part.fine
+    if noise > 0:
+        labels_full = noisy_labels(
+            train_part.fine, train_part.coarse, float(noise), seed, noise_groups
+        )
+    train_y = labels_full[is_train]
+    clean_train_y = train_part.fine[is_train]
+    changed = int((train_y != clean_train_y).sum())
+    noise_rate = changed / len(train_y) if len(train_y) else 0.0
+
+    record_labels = labels_full.clone()
+    record_labels[~is_train] = -1
+
+    val = None
+    if len(val_idx):
+        val = TensorSplit(train_part.x[val_idx], train_part.fine[val_idx].clone())
+    return CifarSplits(
+        train=TensorSplit(train_part.x[is_train], train_y.clone()),
+        val=val,
+        test=TensorSplit(test_part.x, test_part.fine.clone()),
+        num_classes=num_classes,
+        mean=CIFAR100_MEAN,
+        std=CIFAR100_STD,
+        train_labels_full=record_labels.numpy().astype(np.int64),
+        noise_rate=noise_rate,
+        val_indices=val_idx.numpy().astype(np.int64),
+    )
