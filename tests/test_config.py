@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 
 import train
 from conftest import CONF, compose_config, run_cli
+from topk.data.transforms import Normalize
 
 GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
 
@@ -41,7 +42,10 @@ def test_every_option_composes_and_instantiates(group, option, tiny_cifar100):
     optimizer = instantiate(cfg.optim)(model.parameters())
     scheduler = instantiate(cfg.schedule)(optimizer)
     augment = instantiate(cfg.augment, **train.data_arguments(cfg.augment, splits))
-    inputs, target = augment(splits.train.x[:8], splits.train.y[:8])
+    inputs = splits.train.x[:8]
+    if splits.mean is not None:  # image data: uint8 in memory, normalised as train.py does
+        inputs = Normalize(splits.mean, splits.std)(inputs)
+    inputs, target = augment(inputs, splits.train.y[:8])
     value = loss(model(inputs), target)
     assert torch.isfinite(value)
     assert scheduler.optimizer is optimizer
