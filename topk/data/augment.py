@@ -62,7 +62,7 @@ class Augmentation:
       random crop with ``crop_padding`` pixels of zero padding and a horizontal ``flip``
       (``standard``), then the data set's normalisation, then Cutout of ``cutout_size`` pixels
       (zeroed after normalisation, i.e. set to the mean colour, as DeVries & Taylor do);
-    * the batch → target step: Mixup with ``mixup_alpha`` (soft targets), or nothing.
+    * the batch → target step: Mixup with ``alpha`` (λ ~ Beta(alpha, alpha); soft targets), or nothing.
 
     ``augment=none`` is all off; image options on non-image data stop with a clear error.
     """
@@ -73,13 +73,13 @@ class Augmentation:
         crop_padding: int | None = None,
         flip: bool = False,
         cutout_size: int | None = None,
-        mixup_alpha: float | None = None,
+        alpha: float | None = None,
     ):
         self.crop = None
         if crop_padding is not None or flip:
             self.crop = RandomCropFlip(padding=crop_padding or 0, flip=flip)
         self.cutout = Cutout(cutout_size) if cutout_size is not None else None
-        self.mixup = Mixup(num_classes, mixup_alpha) if mixup_alpha is not None else None
+        self.mixup = Mixup(num_classes, alpha) if alpha is not None else None
 
     @property
     def needs_images(self) -> bool:
