@@ -204,3 +204,20 @@ def test_download_uses_torchvision_and_reports_failure(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="Could not download CIFAR-100.*no internet"):
         cifar100(seed=0, root=tmp_path, download=True)
     assert calls == [(str(tmp_path), True, True)]
+
+
+def test_noise_follows_the_files_coarse_labels_whatever_the_mapping(tmp_path):
+    """A fixture whose fine→coarse mapping is a random grouping (not the official one): every
+    noisy label stays in its sample's coarse class, at the rate p·4/5."""
+    import numpy as np
+
+    from conftest import write_tiny_cifar100
+    from topk.data.cifar import cifar100
+
+    grouping = np.random.default_rng(7).permutation(100) % 20  # five fine labels per coarse class
+    root = write_tiny_cifar100(tmp_path, train_per_class=40, fine_to_coarse=grouping.tolist())
+    clean = cifar100(seed=0, root=root, val_size=0, noise=0.0)
+    noisy = cifar100(seed=0, root=root, val_size=0, noise=0.5)
+    assert torch.equal(torch.as_tensor(grouping)[noisy.train.y], torch.as_tensor(grouping)[clean.train.y])
+    changed = (noisy.train.y != clean.train.y).double().mean().item()
+    assert abs(changed - 0.5 * 4 / 5) < 0.03 and noisy.noise_rate == pytest.approx(changed)
