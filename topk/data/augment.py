@@ -92,7 +92,7 @@ class Augmentation:
                 f"this augmentation crops, flips or cuts out images, but the inputs have shape "
                 f"{tuple(input_shape)}; use augment=none or augment=mixup for non-image data."
             )
-        if self.crop is None and self.cutout is None and normalize is None:
+        if not self.needs_images and normalize is None:
             return None
         return Compose(self.crop, normalize, self.cutout)
 
