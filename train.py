@@ -179,11 +179,10 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     check_output_dir(run_dir)
     write_results(run_dir, record)
     try:
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    except ValueError:  # not the main thread (some launchers): Ctrl-C handling still applies
-        pass
-    try:
-        run(cfg, run_dir, record, on_epoch_end=on_epoch_end)
+        try:
+            run(cfg, run_dir, record, on_epoch_end=on_epoch_end)
+        except KeyboardInterrupt:  # before training started (fit turns later ones into RunInterrupted)
+            raise RunInterrupted(0) from None
     except RunInterrupted as interruption:
         record.update(status="interrupted", error=str(interruption))
         write_results(run_dir, record)
@@ -201,6 +200,10 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     single_run = HydraConfig.get().mode == RunMode.RUN
+    try:  # SIGTERM acts as Ctrl-C; fit() takes both over between batches while it trains
+        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    except ValueError:  # not the main thread (some launchers): Ctrl-C handling still applies
+        pass
     try:
         train(cfg)
     except (TopkError, RunInterrupted) as error:

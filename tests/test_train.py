@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -93,7 +94,55 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(tmp_path):
     pd.testing.assert_frame_equal(whole_history, resumed_history)
 
 
+def sigterm_at_epoch_end(epoch):
+    def callback(current, row):
+        if current == epoch:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return callback
+
+
+def test_sigterm_is_taken_at_a_batch_boundary_and_the_handler_restored(run_dir):
+    """The signal only sets a flag: the epoch that saw it ends cleanly (checkpoint, TensorBoard
+    closed), the run stops as interrupted, and the process's own SIGTERM handler is back."""
+    handler_before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(RunInterrupted, match="after epoch 2"):
+        run_in_process(run_dir, ["trainer.epochs=6", "trainer.batch_size=256"],
+                       on_epoch_end=sigterm_at_epoch_end(2))
+    assert read_record(run_dir)["status"] == "interrupted"
+    assert len(pd.read_csv(run_dir / "history.csv")) == 2
+    assert signal.getsignal(signal.SIGTERM) is handler_before
+
+
+def test_sigterm_inside_an_epoch_resumes_from_the_last_checkpoint(tmp_path):
+    import torch
+
+    from topk.data import TensorBatches
+    from topk.data.splits import TensorSplit
+    from topk.engine import FitSettings, fit
+
+    generator = torch.Generator().manual_seed(0)
+    inputs, labels = torch.randn(64, 2, generator=generator), torch.randint(0, 3, (64,), generator=generator)
+    model = torch.nn.Linear(2, 3)
+    calls = {"count": 0}
+
+    def loss_that_signals(scores, target):
+        calls["count"] += 1
+        if calls["count"] == 10:  # epoch 3, second of four batches
+            os.kill(os.getpid(), signal.SIGTERM)
+        return torch.nn.functional.cross_entropy(scores, target)
+
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.MultiStepLR(optimizer, milestones=[100])
+    batches = TensorBatches(TensorSplit(inputs, labels), 16, shuffle=True, seed=0)
+    with pytest.raises(RunInterrupted) as stopped:
+        fit(model, loss_that_signals, optimizer, scheduler, batches, {}, 3, tmp_path,
+            FitSettings(epochs=5, progress=False))
+    assert stopped.value.resume_epoch == 2 and calls["count"] == 10
+
+
 def test_resume_without_checkpoint_trains_from_scratch(run_dir):
+
     record, _ = run_in_process(run_dir, ["trainer.resume=true"])
     assert record["status"] == "completed"
 

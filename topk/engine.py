@@ -16,7 +16,9 @@ import copy
 import logging
 import math
 import os
+import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +70,42 @@ class RunInterrupted(Exception):
         self.resume_epoch = resume_epoch
 
 
+class StopRequests:
+    """Turns SIGTERM and Ctrl-C into a stop that the loop takes at the next batch boundary.
+
+    An exception raised from a signal handler can land anywhere, including inside the
+    TensorBoard writer's queue or ``torch.save``, and leave them unable to close; a flag checked
+    between batches cannot. A second signal stops at once (for a loop stuck inside one batch).
+    Outside the main thread (some launchers) no handler can be installed and Ctrl-C behaves as
+    Python's default.
+    """
+
+    signals = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self):
+        self.requested = False
+        self._previous = {}
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def raise_if_requested(self) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for number in self.signals:
+                self._previous[number] = signal.signal(number, self._handle)
+
+    def restore(self) -> None:
+        for number, handler in self._previous.items():
+            signal.signal(number, handler)
+        self._previous.clear()
+
+
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks CUDA when present, else the CPU."""
     if name == "auto":
@@ -94,11 +132,14 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int]) -> Non
         )
 
 
-def train_one_epoch(model, loss_fn, optimizer, batches, augment, accumulator, epoch: int) -> float:
+def train_one_epoch(
+    model, loss_fn, optimizer, batches, augment, accumulator, epoch: int, stop=None
+) -> float:
     """One pass over the training batches; returns the mean training loss.
 
     ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
-    when each batch was seen, before the update.
+    when each batch was seen, before the update. ``stop`` (a :class:`StopRequests`) is asked
+    after every batch whether a signal asked the run to stop.
     """
     model.train()
     total_loss = torch.zeros((), dtype=torch.float64)
@@ -119,6 +160,8 @@ def train_one_epoch(model, loss_fn, optimizer, batches, augment, accumulator, ep
         total_count += len(labels)
         if accumulator is not None:
             accumulator.update(scores, labels)
+        if stop is not None:
+            stop.raise_if_requested()
     return float(total_loss) / max(total_count, 1)
 
 
@@ -256,7 +299,9 @@ def fit(
         unit="epoch",
         dynamic_ncols=True,
     )
+    stop = StopRequests()
     try:
+        stop.install()
         for epoch in progress:
             in_epoch = True
             started = time.perf_counter()
@@ -265,7 +310,7 @@ def fit(
             train_batches.set_epoch(epoch)
             train_accumulator = TopKAccumulator(ks, num_classes) if evaluate_now else None
             train_loss = train_one_epoch(
-                model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch
+                model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch, stop
             )
             scheduler.step()
             row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
@@ -295,6 +340,7 @@ def fit(
                 progress.set_postfix({"loss": f"{train_loss:.4f}"}, refresh=False)
             if on_epoch_end is not None:
                 on_epoch_end(epoch, row)
+            stop.raise_if_requested()
     except KeyboardInterrupt:
         # Between epochs the model is consistent with ``completed_epoch``: save it. Inside an
         # epoch it is half-updated, so the last checkpoint on disk stays the resume point.
@@ -303,6 +349,7 @@ def fit(
             saved_epoch = completed_epoch
         raise RunInterrupted(saved_epoch) from None
     finally:
+        stop.restore()
         progress.close()
         if tensorboard is not None:
             tensorboard.close()
