@@ -27,6 +27,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from topk.data import TensorBatches
+from topk.data.images import ImageBatches, ImageFileSplit
 from topk.data.transforms import Normalize
 from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
 from topk.errors import ConfigError, TopkError
@@ -100,6 +101,31 @@ def check_output_dir(run_dir: Path) -> None:
         ) from None
 
 
+def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augment, normalize):
+    """The batches of split ``name``: in-memory tensors, or image files decoded by workers.
+
+    Training batches are shuffled per epoch and augmented; evaluation batches are only
+    normalised (and, for image files, resized and centre- or ten-cropped).
+    """
+    split = getattr(splits, name)
+    training = name == "train"
+    batch_size = trainer.batch_size if training else trainer.eval_batch_size
+    if isinstance(split, ImageFileSplit):
+        return ImageBatches(
+            split, batch_size, shuffle=training, seed=seed, device=device,
+            image_transform=splits.image_transform(training, augment.random_crop, augment.flip),
+            device_transform=augment.device_transform(normalize) if training else normalize,
+            num_workers=int(trainer.num_workers),
+            marginal_k=splits.marginal_k if splits.ten_crop and not training else None,
+        )
+    if training:
+        return TensorBatches(
+            split, batch_size, shuffle=batch_size is not None, seed=seed, device=device,
+            transform=augment.train_transform(splits.input_shape, normalize),
+        )
+    return TensorBatches(split, batch_size, device=device, transform=normalize)
+
+
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict:
     """Build everything from ``cfg``, train, and fill ``record``; returns the record."""
     trainer = cfg.trainer
@@ -132,16 +158,12 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     augment = build(cfg.augment, **data_arguments(cfg.augment, splits))
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
-    train_batches = TensorBatches(
-        splits.train, trainer.batch_size, shuffle=trainer.batch_size is not None,
-        seed=int(cfg.seed), device=device,
-        transform=augment.train_transform(splits.input_shape, normalize),
-    )
-    eval_batches = {}
-    for name in ("val", "test"):
-        split = getattr(splits, name)
-        if split is not None:
-            eval_batches[name] = TensorBatches(split, trainer.eval_batch_size, device=device, transform=normalize)
+    train_batches = make_batches(splits, "train", trainer, int(cfg.seed), device, augment, normalize)
+    eval_batches = {
+        name: make_batches(splits, name, trainer, int(cfg.seed), device, augment, normalize)
+        for name in ("val", "test")
+        if getattr(splits, name) is not None
+    }
 
     settings = FitSettings(
         epochs=int(trainer.epochs),
@@ -153,6 +175,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
         progress=bool(trainer.progress),
         tensorboard=bool(trainer.tensorboard),
         description=f"{record['loss']} seed {record['seed']}",
+        class_groups=splits.class_groups,
     )
     result = fit(
         model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
@@ -167,6 +190,8 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
         test_per_class={f"top{k}": v for k, v in result.per_class.get("test", {}).items()},
         class_counts=splits.class_counts,
     )
+    if splits.class_groups:
+        record["class_groups"] = splits.class_groups
     return record
 
 

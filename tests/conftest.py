@@ -111,3 +111,36 @@ def write_tiny_cifar100(root: Path, train_per_class: int = 6, test_per_class: in
 @pytest.fixture(scope="session")
 def tiny_cifar100(tmp_path_factory):
     return write_tiny_cifar100(tmp_path_factory.mktemp("cifar"))
+
+
+@pytest.fixture(scope="session")
+def tiny_imagenet(tmp_path_factory):
+    from image_data import write_imagenet
+
+    return write_imagenet(tmp_path_factory.mktemp("imagenet"))
+
+
+@pytest.fixture(scope="session")
+def tiny_plantnet(tmp_path_factory):
+    from image_data import write_plantnet
+
+    return write_plantnet(tmp_path_factory.mktemp("plantnet"))
+
+
+@pytest.fixture(scope="session")
+def tiny_imagenet_lt(tmp_path_factory):
+    from image_data import write_imagenet_lt
+
+    return write_imagenet_lt(tmp_path_factory.mktemp("imagenet_lt"))
+
+
+@pytest.fixture(scope="session")
+def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt):
+    """Overrides that point each file-based data set at its tiny fixture (small images)."""
+    small = ["dataset.image_size=8", "dataset.resize_size=10"]
+    return {
+        "cifar100": [f"dataset.root={tiny_cifar100}", "dataset.val_size=100"],
+        "imagenet": [f"dataset.root={tiny_imagenet[0]}", "dataset.val_per_class=2", *small],
+        "plantnet": [f"dataset.root={tiny_plantnet[0]}", *small],
+        "imagenet_lt": [f"dataset.root={tiny_imagenet_lt[0]}", *small],
+    }

@@ -31,21 +31,28 @@ def image_model_options():
 
 @pytest.mark.parametrize("group,option", [(g, o) for g, o in all_group_options()
                                           if not (g == "model" and o not in VECTOR_MODELS)])
-def test_every_option_composes_and_instantiates(group, option, tiny_cifar100):
-    overrides = [f"{group}={option}"]
-    if option == "cifar100":
-        overrides += [f"dataset.root={tiny_cifar100}", "dataset.val_size=100"]
+def test_every_option_composes_and_instantiates(group, option, data_roots):
+    overrides = [f"{group}={option}", "trainer.batch_size=8", "trainer.num_workers=0"]
+    if group == "dataset":
+        overrides += data_roots.get(option, [])
     cfg = compose_config(overrides)
     splits = instantiate(cfg.dataset, seed=0)
+    input_shape = splits.input_shape
+    if group == "augment" and len(input_shape) != 3:  # image augmentations need image data
+        splits = instantiate(compose_config(["dataset=cifar100", *data_roots["cifar100"]]).dataset, seed=0)
     model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
+    if len(splits.input_shape) == 3:  # vector models see the flattened images
+        model = instantiate(compose_config(["model=mlp"]).model, num_classes=splits.num_classes,
+                            input_shape=splits.input_shape)
     loss = instantiate(cfg.loss, **train.data_arguments(cfg.loss, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
     scheduler = instantiate(cfg.schedule)(optimizer)
     augment = instantiate(cfg.augment, **train.data_arguments(cfg.augment, splits))
-    inputs = splits.train.x[:8]
-    if splits.mean is not None:  # image data: uint8 in memory, normalised as train.py does
-        inputs = Normalize(splits.mean, splits.std)(inputs)
-    inputs, target = augment(inputs, splits.train.y[:8])
+    normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
+    batches = train.make_batches(splits, "train", cfg.trainer, 0, "cpu", augment, normalize)
+    batches.set_epoch(1)
+    inputs, labels = next(iter(batches))
+    inputs, target = augment(inputs[:8], labels[:8])
     value = loss(model(inputs), target)
     assert torch.isfinite(value)
     assert scheduler.optimizer is optimizer

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from topk.data.augment import NoAugment
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
+from topk.functional import topk_marginals
 from topk.metrics import TopKAccumulator, clip_ks
 from topk.records import TensorBoardScalars, write_history
 
@@ -50,6 +51,7 @@ class FitSettings:
     progress: bool = True
     tensorboard: bool = True
     description: str = "train"
+    class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
 
 
 @dataclass
@@ -115,17 +117,19 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def metric_names(ks: list[int]) -> list[str]:
-    return ["loss"] + [f"top{k}" for k in ks] + [f"macro_top{k}" for k in ks]
+def metric_names(ks: list[int], groups=()) -> list[str]:
+    names = ["loss"] + [f"top{k}" for k in ks] + [f"macro_top{k}" for k in ks]
+    return names + [f"{group}_top{k}" for group in groups for k in ks]
 
 
-def check_selection_metric(metric: str, splits: list[str], ks: list[int]) -> None:
+def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups=()) -> None:
     """Raise unless ``metric`` is ``last`` or ``<split>/<name>`` of an evaluated split."""
     if metric == "last":
         return
     split, _, name = metric.partition("/")
-    valid = ["last"] + [f"{s}/{m}" for s in splits for m in metric_names(ks)]
-    if split not in splits or name not in metric_names(ks):
+    names = metric_names(ks, groups)
+    valid = ["last"] + [f"{s}/{m}" for s in splits for m in names]
+    if split not in splits or name not in names:
         raise ConfigError(
             f"trainer.selection_metric={metric!r} is not available in this run; "
             f"choose one of {', '.join(valid[:8])}{', ...' if len(valid) > 8 else ''}."
@@ -165,21 +169,45 @@ def train_one_epoch(
     return float(total_loss) / max(total_count, 1)
 
 
+def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
+    """Scores of images given as several crops ``[B, crops, C, H, W]`` (B18 §5.2, Appendix C).
+
+    Returns the ranking scores, the log of each label's top-``marginal_k`` marginal probability
+    averaged over the crops (:func:`topk.functional.topk_marginals`), and the crops' mean logits,
+    on which the evaluation loss is computed.
+    """
+    batch, crops = inputs.shape[:2]
+    logits = model(inputs.flatten(0, 1)).float()
+    k = min(marginal_k, logits.shape[1] - 1)
+    marginals = topk_marginals(logits, k).unflatten(0, (batch, crops)).mean(dim=1)
+    return marginals.log(), logits.unflatten(0, (batch, crops)).mean(dim=1)
+
+
 @torch.inference_mode()
-def evaluate(model, loss_fn, batches, ks, num_classes) -> tuple[dict[str, float], TopKAccumulator]:
-    """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard)."""
+def evaluate(
+    model, loss_fn, batches, ks, num_classes, class_groups=None
+) -> tuple[dict[str, float], TopKAccumulator]:
+    """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard).
+
+    Batches of multi-crop images (``batches.marginal_k`` set) are scored by
+    :func:`multi_crop_scores`; ``class_groups`` adds ``{group}_top{k}`` accuracies.
+    """
     model.eval()
+    marginal_k = getattr(batches, "marginal_k", None)
     accumulator = None
     total_loss, total_count = 0.0, 0
     for inputs, labels in batches:
-        scores = model(inputs)
+        if marginal_k is not None and inputs.dim() == 5:
+            scores, logits = multi_crop_scores(model, inputs, marginal_k)
+        else:
+            scores = logits = model(inputs)
         if accumulator is None:
             accumulator = TopKAccumulator(ks, num_classes, scores.device)
         accumulator.update(scores, labels)
-        total_loss += float(loss_fn(scores, labels)) * len(labels)
+        total_loss += float(loss_fn(logits, labels)) * len(labels)
         total_count += len(labels)
     metrics = {"loss": total_loss / max(total_count, 1)}
-    metrics.update(accumulator.compute())
+    metrics.update(accumulator.compute(class_groups))
     return metrics, accumulator
 
 
@@ -236,7 +264,8 @@ def fit(
     checkpoint_dir = run_dir / "checkpoints"
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     ks = clip_ks(settings.ks, num_classes)
-    check_selection_metric(settings.selection_metric, list(eval_batches), ks)
+    groups = settings.class_groups or {}
+    check_selection_metric(settings.selection_metric, list(eval_batches), ks, list(groups))
     if settings.epochs < 1:
         raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
     eval_every = max(1, settings.eval_every)
@@ -318,7 +347,7 @@ def fit(
                 train_metrics = train_accumulator.compute()
                 row.update({f"train/top{k}": train_metrics[f"top{k}"] for k in ks})
                 for split, batches in eval_batches.items():
-                    metrics, _ = evaluate(model, loss_fn, batches, ks, num_classes)
+                    metrics, _ = evaluate(model, loss_fn, batches, ks, num_classes, groups)
                     row.update({f"{split}/{name}": value for name, value in metrics.items()})
             row["seconds"] = time.perf_counter() - started
             in_epoch = False
@@ -361,7 +390,7 @@ def fit(
     model.load_state_dict(best_state)
     final_metrics, per_class = {}, {}
     for split, batches in eval_batches.items():
-        metrics, accumulator = evaluate(model, loss_fn, batches, ks, num_classes)
+        metrics, accumulator = evaluate(model, loss_fn, batches, ks, num_classes, groups)
         final_metrics[split] = metrics
         per_class[split] = accumulator.per_class()
     seconds = [row["seconds"] for row in history if math.isfinite(row["seconds"])]

@@ -15,3 +15,7 @@ class NonFiniteLossError(TopkError, FloatingPointError):
 
 class CheckpointError(TopkError):
     """A checkpoint cannot be read or does not match the run."""
+
+
+class DataError(TopkError):
+    """A data file cannot be read while training; the message names the file."""

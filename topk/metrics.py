@@ -7,7 +7,7 @@ accuracy 0 for every ``k < n``, never a free 100%.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
@@ -60,7 +60,10 @@ class TopKAccumulator:
             result[k] = [v if n > 0 else None for v, n in zip(values, totals.tolist())]
         return result
 
-    def compute(self) -> dict[str, float]:
+    def compute(self, class_groups: Mapping[str, Sequence[int]] | None = None) -> dict[str, float]:
+        """``top{k}``, ``macro_top{k}`` and, for each named group of classes,
+        ``{group}_top{k}``: top-k accuracy over the samples whose label is in the group (absent
+        when the evaluated data has none)."""
         hits = self.hits.double().cpu()
         totals = self.totals.double().cpu()
         present = totals > 0
@@ -71,6 +74,13 @@ class TopKAccumulator:
         for row, k in enumerate(self.ks):
             per_class = hits[row][present] / totals[present]
             metrics[f"macro_top{k}"] = float(100.0 * per_class.mean()) if present.any() else 0.0
+        for group, classes in (class_groups or {}).items():
+            members = torch.as_tensor(list(classes), dtype=torch.int64)
+            group_count = totals[members].sum()
+            if group_count == 0:  # no evaluated sample in the group: no number rather than 0 %
+                continue
+            for row, k in enumerate(self.ks):
+                metrics[f"{group}_top{k}"] = float(100.0 * hits[row][members].sum() / group_count)
         return metrics
 
 

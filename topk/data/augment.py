@@ -85,6 +85,22 @@ class Augmentation:
     def needs_images(self) -> bool:
         return self.crop is not None or self.cutout is not None
 
+    @property
+    def random_crop(self) -> bool:
+        """Whether training images get a random crop (``standard``, ``cutout``)."""
+        return self.crop is not None and self.crop.padding > 0
+
+    @property
+    def flip(self) -> bool:
+        return self.crop is not None and self.crop.flip
+
+    def device_transform(self, normalize=None):
+        """What runs on the device for images decoded and cropped per image by workers
+        (:mod:`topk.data.images`): normalisation, then Cutout."""
+        if normalize is None and self.cutout is None:
+            return None
+        return Compose(normalize, self.cutout)
+
     def train_transform(self, input_shape, normalize=None):
         """The per-batch input transform for training batches of ``input_shape`` inputs."""
         if self.needs_images and len(input_shape) != 3:

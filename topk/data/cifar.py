@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from topk.data.splits import DataSplits, TensorSplit
+from topk.data.splits import DataSplits, TensorSplit, balanced_subset
 from topk.errors import ConfigError
 
 FOLDER = "cifar-100-python"
@@ -151,17 +151,11 @@ def validation_indices(labels: torch.Tensor, val_size: int, split_seed: int) -> 
     if val_size == 0:
         return torch.zeros(0, dtype=torch.int64)
     generator = torch.Generator().manual_seed(split_seed)
-    classes, counts = torch.unique(labels, return_counts=True)
-    per_class, remainder = divmod(val_size, len(classes))
+    _, counts = torch.unique(labels, return_counts=True)
+    per_class, remainder = divmod(val_size, len(counts))
     if remainder == 0 and int(counts.min()) > per_class:
-        # random order, then a stable sort by label: the first `per_class` of each class
-        order = torch.randperm(len(labels), generator=generator)
-        by_class = order[torch.argsort(labels[order], stable=True)]
-        starts = torch.cumsum(counts, 0) - counts
-        rank = torch.arange(len(labels)) - torch.repeat_interleave(starts, counts)
-        chosen = by_class[rank < per_class]
-    else:
-        chosen = torch.randperm(len(labels), generator=generator)[:val_size]
+        return balanced_subset(labels, per_class, generator, "dataset.val_size")
+    chosen = torch.randperm(len(labels), generator=generator)[:val_size]
     return torch.sort(chosen).values
 
 

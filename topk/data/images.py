@@ -1,0 +1,262 @@
+"""Image data sets stored as files: the common part of ImageNet, Pl@ntNet-300K and ImageNet-LT.
+
+A split is a list of image paths with int64 labels (:class:`ImageFileSplit`); images are decoded
+by :class:`ImageBatches`, a ``torch.utils.data.DataLoader`` with worker processes, and reach the
+device as uint8 ``[B, 3, H, W]`` (``[B, 10, 3, H, W]`` for ten-crop testing), where they are
+normalised (and Cutout applied) as CIFAR batches are. Per-image transforms are torchvision's:
+
+* training, ``augment=standard|cutout``: ``RandomResizedCrop(image_size)`` + horizontal flip;
+* training without a random crop, and testing: ``Resize(resize_size)`` + ``CenterCrop(image_size)``;
+* ``ten_crop``: ``Resize(resize_size)`` + ``TenCrop(image_size)`` (B18 §5.2's ImageNet test).
+
+Reproducibility: every sample of epoch ``e`` draws its random crop and flip from a generator
+seeded with ``(seed, e, index)``, so the images a run sees do not depend on the number of workers
+and a resumed run sees exactly what an uninterrupted one would have seen.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from PIL import Image
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torchvision.transforms import v2
+from tqdm import tqdm
+
+from topk.data.splits import DataSplits
+from topk.errors import ConfigError, DataError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+
+@dataclass
+class ImageFileSplit:
+    """One split of an image data set on disk: ``paths[i]`` has label ``y[i]``."""
+
+    paths: list[str]
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass
+class ImageFileSplits(DataSplits):
+    """``DataSplits`` whose splits are image files, with the settings of their transforms.
+
+    ``image_size``: side of the crops the model sees; ``resize_size``: the shorter side images
+    are resized to before a centre crop or ten-crop; ``ten_crop``: test on ten crops per image,
+    combined through B18's top-``marginal_k`` marginal probabilities (Appendix C);
+    ``class_names``: readable class names where the data set has them.
+    """
+
+    image_size: int = 224
+    resize_size: int = 256
+    ten_crop: bool = False
+    marginal_k: int = 5
+    class_names: list[str] = field(default_factory=list)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return (3, self.image_size, self.image_size)
+
+    def image_transform(self, training: bool, random_crop: bool = False, flip: bool = False):
+        """The per-image (worker-side) transform of the training or evaluation images."""
+        if training and random_crop:
+            steps = [v2.RandomResizedCrop(self.image_size, antialias=True)]
+        else:
+            steps = [v2.Resize(self.resize_size, antialias=True)]
+            if not training and self.ten_crop:
+                steps.append(v2.TenCrop(self.image_size))
+                return v2.Compose([v2.PILToTensor(), *steps, _StackCrops()])
+            steps.append(v2.CenterCrop(self.image_size))
+        if training and flip:
+            steps.append(v2.RandomHorizontalFlip())
+        return v2.Compose([v2.PILToTensor(), *steps])
+
+
+class _StackCrops:
+    """TenCrop's tuple of crops as one tensor ``[10, C, H, W]``."""
+
+    def __call__(self, crops):
+        return torch.stack(list(crops))
+
+
+def where_expected(layout: str, source: str) -> str:
+    """The end of every missing-data error: the layout expected and where to get the data."""
+    return f"set dataset.root to a folder with {layout} (download: {source})"
+
+
+def list_image_folder(folder: Path) -> tuple[list[str], list[tuple[str, str]]]:
+    """Class folders (sorted, as ``ImageFolder``) and ``(path, class folder)`` of every image."""
+    classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
+    samples = []
+    for name in classes:
+        for root, _, files in sorted(os.walk(folder / name, followlinks=True)):
+            for file in sorted(files):
+                if file.lower().endswith(IMAGE_EXTENSIONS):
+                    samples.append((os.path.join(root, file), name))
+    return classes, samples
+
+
+def labelled_split(
+    samples: Sequence[tuple[str, str]], class_index: dict[str, int], where: str
+) -> ImageFileSplit:
+    """Turn ``(path, class name)`` pairs into a split; a class unknown to training is an error."""
+    unknown = sorted({name for _, name in samples if name not in class_index})
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (", ..." if len(unknown) > 5 else "")
+        raise ConfigError(
+            f"{where} has {len(unknown)} class(es) that the training split lacks ({shown}); "
+            "every evaluated class needs training images, so check dataset.root."
+        )
+    paths = [path for path, _ in samples]
+    labels = torch.tensor([class_index[name] for _, name in samples], dtype=torch.int64)
+    return ImageFileSplit(paths, labels)
+
+
+def check_image_files(splits: Sequence[ImageFileSplit | None], workers: int = 16) -> None:
+    """Open every image's header (no decoding) so that a missing or unreadable file stops the run
+    before training, naming the file; reading a header costs one small read per file."""
+    paths = [path for split in splits if split is not None for path in split.paths]
+
+    def problem(path: str) -> str | None:
+        try:
+            with Image.open(path) as image:
+                image.size  # noqa: B018  (the header is parsed on open; size proves it)
+        except Exception as error:  # PIL raises several types for broken files
+            return f"{type(error).__name__}: {error}"
+        return None
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(problem, paths, chunksize=256)
+        progress = tqdm(results, total=len(paths), desc="checking images", unit="img",
+                        disable=len(paths) < 20000, leave=False)
+        for path, reason in zip(paths, progress):
+            if reason is not None:
+                raise ConfigError(
+                    f"image {path} cannot be read ({reason}); replace or delete it, "
+                    "or set dataset.check_images=false to skip this check."
+                )
+
+
+class ImageFileDataset(Dataset):
+    """Decode ``split.paths[index]`` to RGB and apply ``transform``, seeding the transform's
+    random draws with the sample seed the sampler hands over with the index."""
+
+    def __init__(self, split: ImageFileSplit, transform):
+        self.split = split
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, index_and_seed: tuple[int, int]):
+        index, sample_seed = index_and_seed
+        path = self.split.paths[index]
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+        except Exception as error:  # PIL raises several types for broken files
+            raise DataError(
+                f"image {path} cannot be decoded ({type(error).__name__}: {error}); "
+                "replace or delete it."
+            ) from None
+        with torch.random.fork_rng(devices=[]):  # leaves the caller's random stream untouched
+            torch.manual_seed(sample_seed)
+            return self.transform(image), self.split.y[index]
+
+
+class EpochSampler(Sampler):
+    """Indices of one epoch, each with the seed of its random transform.
+
+    With ``shuffle`` the order is a permutation drawn from ``(seed, epoch)`` as in
+    :class:`topk.data.TensorBatches`; the sample seed mixes ``(seed, epoch, index)``.
+    """
+
+    def __init__(self, size: int, shuffle: bool, seed: int):
+        self.size, self.shuffle, self.seed = size, shuffle, seed
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        epoch_seed = self.seed * 1_000_003 + self.epoch
+        if self.shuffle:
+            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(epoch_seed))
+        else:
+            order = torch.arange(self.size)
+        for index in order.tolist():
+            yield index, (epoch_seed * 10_000_019 + index) % (2**63 - 1)
+
+
+class ImageBatches:
+    """Batches of decoded images on ``device``, for the engine (the ``TensorBatches`` interface).
+
+    ``image_transform`` runs per image in ``num_workers`` worker processes; ``device_transform``
+    (normalisation, Cutout) runs per batch on the device. ``marginal_k`` is set for ten-crop
+    test batches ``[B, 10, C, H, W]``: the engine then ranks classes by the crops' mean top-k
+    marginal probabilities (:func:`topk.functional.topk_marginals`).
+    """
+
+    def __init__(
+        self,
+        split: ImageFileSplit,
+        batch_size: int | None,
+        shuffle: bool = False,
+        seed: int = 0,
+        device: torch.device | str = "cpu",
+        image_transform=None,
+        device_transform=None,
+        num_workers: int = 0,
+        marginal_k: int | None = None,
+    ):
+        if batch_size is None:
+            raise ConfigError(
+                "trainer.batch_size and trainer.eval_batch_size must be numbers for image files "
+                "(null, one batch of the whole split, is for in-memory data); set e.g. 64."
+            )
+        self.device = torch.device(device)
+        self.sampler = EpochSampler(len(split), shuffle, seed)
+        self.device_transform = device_transform
+        self.marginal_k = marginal_k
+        self.loader = DataLoader(
+            ImageFileDataset(split, image_transform or v2.PILToTensor()),
+            batch_size=batch_size,
+            sampler=self.sampler,
+            num_workers=num_workers,
+            pin_memory=self.device.type == "cuda",
+            persistent_workers=num_workers > 0,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        try:
+            for images, labels in self.loader:
+                images = images.to(self.device, non_blocking=True)
+                labels = labels.to(self.device, non_blocking=True)
+                if self.device_transform is not None and images.dim() == 5:  # ten crops per image
+                    batch, crops = images.shape[:2]
+                    images = self.device_transform(images.flatten(0, 1)).unflatten(0, (batch, crops))
+                elif self.device_transform is not None:
+                    images = self.device_transform(images)
+                yield images, labels
+        except DataError as error:  # re-raised from a worker with its traceback: keep the sentence
+            raise DataError(str(error).strip().splitlines()[-1].split("DataError: ")[-1]) from None
+
+
+def subset(split: ImageFileSplit, positions: torch.Tensor) -> ImageFileSplit:
+    return ImageFileSplit([split.paths[i] for i in positions.tolist()], split.y[positions].clone())
