@@ -27,6 +27,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from topk.data import TensorBatches
+from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit
 from topk.data.transforms import Normalize
 from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
@@ -56,6 +57,7 @@ def base_record(cfg: DictConfig, choices) -> dict:
         "dataset": choices.get("dataset") or "custom",
         "model": choices.get("model") or "custom",
         "loss": choices.get("loss") or "custom",
+        "augment": choices.get("augment") or "custom",
         "seed": int(cfg.seed),
         "params": flatten(OmegaConf.to_container(cfg, resolve=True)),
         "best_epoch": None,
@@ -102,11 +104,18 @@ def check_output_dir(run_dir: Path) -> None:
 
 
 def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augment, normalize):
-    """The batches of split ``name``: in-memory tensors, or image files decoded by workers.
+    """The batches of split ``name``: in-memory tensors, or image files decoded by workers,
+    cut to ``trainer.limit_batches`` per pass when that is set.
 
     Training batches are shuffled per epoch and augmented; evaluation batches are only
     normalised (and, for image files, resized and centre- or ten-cropped).
     """
+    batches = _split_batches(splits, name, trainer, seed, device, augment, normalize)
+    limit = trainer.get("limit_batches")
+    return LimitedBatches(batches, int(limit)) if limit else batches
+
+
+def _split_batches(splits, name, trainer, seed, device, augment, normalize):
     split = getattr(splits, name)
     training = name == "train"
     batch_size = trainer.batch_size if training else trainer.eval_batch_size

@@ -33,8 +33,8 @@ def image_model_options():
                                           if not (g == "model" and o not in VECTOR_MODELS)])
 def test_every_option_composes_and_instantiates(group, option, data_roots):
     overrides = [f"{group}={option}", "trainer.batch_size=8", "trainer.num_workers=0"]
-    if group == "dataset":
-        overrides += data_roots.get(option, [])
+    if group == "dataset":  # the data set's paper model may be large or want pre-trained weights
+        overrides += [*data_roots.get(option, []), "model=mlp"]
     cfg = compose_config(overrides)
     splits = instantiate(cfg.dataset, seed=0)
     input_shape = splits.input_shape

@@ -91,7 +91,8 @@ def test_ten_crop_ranks_by_mean_topk_marginals(tmp_path, tiny_imagenet):
     root, wnids, test = tiny_imagenet
     record, _ = run_in_process(tmp_path / "run", [
         "dataset=imagenet", f"dataset.root={root}", "dataset.val_per_class=2",
-        "dataset.ten_crop=true", "dataset.marginal_k=2", *oracle_config([1, 2]),
+        "dataset.ten_crop=true", "dataset.marginal_k=2", "trainer.selection_metric=val/top1",
+        *oracle_config([1, 2]),
     ])
     predicted, labels = flat_predictions(test, wnids)
     assert_metrics(record["test"], expected_metrics(predicted, labels, 4, [1, 2]))
@@ -193,7 +194,7 @@ def test_unreadable_image_without_the_check_fails_the_run_naming_it(tmp_path, wo
     with pytest.raises(DataError) as failure:
         run_in_process(tmp_path / "run", [
             "dataset=plantnet", f"dataset.root={root}", "dataset.check_images=false",
-            *oracle_config([1]), f"trainer.num_workers={workers}",
+            "trainer.selection_metric=last", *oracle_config([1]), f"trainer.num_workers={workers}",
         ])
     message = str(failure.value)
     assert message.startswith(f"image {broken} cannot be decoded") and "\n" not in message

@@ -9,9 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 
-from conftest import CONF
+from conftest import compose_config
 from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.losses.smooth_svm import SmoothTopKSVM, smooth_topk_svm
@@ -55,6 +54,33 @@ def test_matches_enumeration_of_subsets(n, k, tau, alpha):
     )
     torch.testing.assert_close(value, expected_value, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-12)
+
+
+def hard_oracle_per_sample(scores, labels, k, alpha):
+    """B18 eq. 8 written out: eq. 9 with each log-sum-exp replaced by its max (τ → 0)."""
+    n = scores.shape[1]
+    subsets = list(itertools.combinations(range(n), k))
+    losses = []
+    for row, label in zip(scores, labels.tolist()):
+        best_any = max(alpha * (label not in A) + row[list(A)].sum() / k for A in subsets)
+        best_with_label = max(row[list(A)].sum() / k for A in subsets if label in A)
+        losses.append(best_any - best_with_label)
+    return torch.stack(losses)
+
+
+@pytest.mark.parametrize("n,k", [(4, 1), (6, 2), (6, 3), (10, 5)])
+def test_tau_zero_is_the_hard_top_k_svm_of_b18_eq_8(n, k):
+    generator = torch.Generator().manual_seed(n + 10 * k)
+    scores = 3 * torch.randn(9, n, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, n, (9,), generator=generator)
+    value, grad = value_and_grad(SmoothTopKSVM(k, 0.0, 1.0), scores, labels)
+    expected_value, expected_grad = value_and_grad(
+        lambda s, y: hard_oracle_per_sample(s, y, k, 1.0).mean(), scores, labels
+    )
+    torch.testing.assert_close(value, expected_value, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-12)
+    # and it is the limit of the smooth loss
+    torch.testing.assert_close(SmoothTopKSVM(k, 1e-4, 1.0)(scores, labels), value, rtol=0, atol=1e-3)
 
 
 def test_k1_tau1_alpha0_is_cross_entropy():
@@ -156,10 +182,8 @@ def test_no_hard_switch_needed_where_b18_code_switches(k):
 
 
 def test_bad_parameters_and_inputs_name_the_value():
-    with pytest.raises(ConfigError, match=r"loss.tau must be > 0, got -1"):
+    with pytest.raises(ConfigError, match=r"loss.tau must be >= 0 .*, got -1"):
         SmoothTopKSVM(tau=-1)
-    with pytest.raises(ConfigError, match=r"loss.tau must be > 0, got 0"):
-        SmoothTopKSVM(tau=0)
     with pytest.raises(ConfigError, match=r"loss.alpha must be >= 0, got -0.5"):
         SmoothTopKSVM(alpha=-0.5)
     with pytest.raises(ConfigError, match="at least 1"):
@@ -174,6 +198,6 @@ def test_bad_parameters_and_inputs_name_the_value():
 
 
 def test_config_has_b18_defaults():
-    loss = instantiate(OmegaConf.load(CONF / "loss" / "smooth_svm.yaml"))
+    loss = instantiate(compose_config(["loss=smooth_svm"]).loss)
     assert isinstance(loss, SmoothTopKSVM)
     assert (loss.k, loss.tau, loss.alpha) == (5, 1.0, 1.0)

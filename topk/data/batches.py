@@ -7,6 +7,7 @@ sees exactly the batches an uninterrupted run would have seen.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import torch
@@ -70,3 +71,26 @@ class TensorBatches:
             else:
                 index = order[start : start + step]
                 yield self.x[index], self.y[index]
+
+
+class LimitedBatches:
+    """The first ``limit`` batches of ``batches`` in every pass (``trainer.limit_batches``): quick
+    smoke runs and debugging on a data set of any size. Other attributes are ``batches``'s."""
+
+    def __init__(self, batches, limit: int):
+        if limit < 1:
+            raise ValueError(f"trainer.limit_batches must be a positive number of batches, got {limit}")
+        self.batches = batches
+        self.limit = limit
+
+    def set_epoch(self, epoch: int) -> None:
+        self.batches.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        return min(self.limit, len(self.batches))
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return itertools.islice(iter(self.batches), self.limit)
+
+    def __getattr__(self, name: str):
+        return getattr(self.batches, name)

@@ -7,6 +7,7 @@ import torch
 from topk.errors import ConfigError
 from topk.functional.esp import LOG_ZERO, log_esp
 from topk.losses.base import TopKLoss
+from topk.losses.hinge import topk_hinge
 from topk.losses.targets import check_k, check_scores, expected_over_targets
 
 
@@ -34,6 +35,18 @@ def smooth_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, tau: flo
     return tau * torch.logaddexp(margin, torch.zeros_like(margin))
 
 
+def hard_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, alpha: float) -> torch.Tensor:
+    r"""Per-sample ``l_k(s, y)`` (B18 eq. 8), the ``τ → 0`` limit of ``L_{k,τ}``: each log-sum-exp
+    of eq. 9 becomes a max over subsets, and the two maxima differ only when the best k-subset
+    leaves ``y`` out, so that
+
+    .. math:: l_k(s, y) = \big(α + (s_{\setminus y, [k]} - s_y) / k\big)_+,
+
+    Lapin's top-k hinge on the scores divided by ``k`` (:func:`topk.losses.hinge.topk_hinge`).
+    """
+    return topk_hinge(scores / k, labels, k, alpha)
+
+
 class SmoothTopKSVM(TopKLoss):
     r"""Smooth top-k SVM loss ``L_{k,τ}`` of Berrada et al. 2018, eq. 9 (evaluated as eq. 10).
 
@@ -56,7 +69,8 @@ class SmoothTopKSVM(TopKLoss):
     k : int
         Size of the predicted set, ``1 ≤ k < n``.
     tau : float
-        Temperature ``τ > 0``; B18 uses 1 on CIFAR-100 and 0.1 on ImageNet.
+        Temperature ``τ ≥ 0``; B18 uses 1 on CIFAR-100 and 0.1 on ImageNet. ``τ = 0`` is the
+        non-smooth ``l_k`` (:func:`hard_topk_svm`), the first row of B18 Table 6.
     alpha : float
         Margin ``α ≥ 0`` (the scaling of ``Δ_k``; B18 keeps 1).
 
@@ -66,8 +80,8 @@ class SmoothTopKSVM(TopKLoss):
 
     def __init__(self, k: int = 5, tau: float = 1.0, alpha: float = 1.0):
         super().__init__(k)
-        if not tau > 0:
-            raise ConfigError(f"loss.tau must be > 0, got {tau}.")
+        if not tau >= 0:
+            raise ConfigError(f"loss.tau must be >= 0 (0 is the non-smooth top-k SVM), got {tau}.")
         if not alpha >= 0:
             raise ConfigError(f"loss.alpha must be >= 0, got {alpha}.")
         self.tau = tau
@@ -79,7 +93,12 @@ class SmoothTopKSVM(TopKLoss):
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         check_scores(scores)
         check_k(self.k, scores.shape[1])
-        per_sample = expected_over_targets(
-            lambda s, y: smooth_topk_svm(s, y, self.k, self.tau, self.alpha), scores, target
-        )
+        if self.tau == 0:
+            per_sample = expected_over_targets(
+                lambda s, y: hard_topk_svm(s, y, self.k, self.alpha), scores, target
+            )
+        else:
+            per_sample = expected_over_targets(
+                lambda s, y: smooth_topk_svm(s, y, self.k, self.tau, self.alpha), scores, target
+            )
         return per_sample.mean()

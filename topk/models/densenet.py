@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from topk.errors import ConfigError
-from topk.models.heads import make_head
+from topk.models.heads import check_not_pretrained, make_head
 
 INITIAL_CHANNELS = 16  # the basic DenseNet's first convolution; DenseNet-BC uses 2 * growth_rate
 
@@ -60,6 +60,8 @@ class CifarDenseNet(nn.Module):
         ``linear`` or ``cosine`` last layer (see :mod:`topk.models.heads`).
     drop_rate
         Dropout after each convolution; the paper uses 0.2 without data augmentation.
+    pretrained
+        Must be false: there are no published ImageNet weights for this network.
     """
 
     def __init__(
@@ -70,8 +72,10 @@ class CifarDenseNet(nn.Module):
         growth_rate: int = 12,
         head: str = "linear",
         drop_rate: float = 0.0,
+        pretrained: bool = False,
     ):
         super().__init__()
+        check_not_pretrained(pretrained, "the CIFAR DenseNet")
         if depth < 7 or (depth - 4) % 3 != 0:
             raise ConfigError(f"model.depth={depth} is not a CIFAR DenseNet depth; depth - 4 must be a positive multiple of 3 (e.g. 40).")
         if growth_rate < 1:

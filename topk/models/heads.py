@@ -39,3 +39,13 @@ def make_head(kind: str, in_features: int, num_classes: int, bias: bool = True) 
     if kind == "cosine":
         return CosineClassifier(in_features, num_classes)
     raise ConfigError(f"model.head={kind!r} is not a classifier head; choose one of {', '.join(HEADS)}.")
+
+
+def check_not_pretrained(pretrained: bool, model: str) -> None:
+    """Models without published ImageNet weights take ``pretrained`` only to say so clearly
+    (every model config has the key, so one override fits any model)."""
+    if pretrained:
+        raise ConfigError(
+            f"model.pretrained=true, but there are no ImageNet weights for {model}; use "
+            "model=resnet18|resnet34|resnet50|densenet121 or model.pretrained=false."
+        )

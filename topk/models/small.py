@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from topk.errors import ConfigError
-from topk.models.heads import make_head
+from topk.models.heads import check_not_pretrained, make_head
 
 
 def _flat_size(input_shape) -> int:
@@ -21,8 +21,10 @@ class LinearClassifier(nn.Module):
     ``head="cosine"`` makes the layer a cosine classifier (see :mod:`topk.models.heads`).
     """
 
-    def __init__(self, num_classes: int, input_shape, bias: bool = False, head: str = "linear"):
+    def __init__(self, num_classes: int, input_shape, bias: bool = False, head: str = "linear",
+                 pretrained: bool = False):
         super().__init__()
+        check_not_pretrained(pretrained, "the linear model")
         self.fc = make_head(head, _flat_size(input_shape), num_classes, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -33,8 +35,10 @@ class MLPClassifier(nn.Module):
     """One hidden layer of ``hidden`` ReLU units, then a linear (or cosine) layer to the scores
     (S20 Exp. 3)."""
 
-    def __init__(self, num_classes: int, input_shape, hidden: int = 8, head: str = "linear"):
+    def __init__(self, num_classes: int, input_shape, hidden: int = 8, head: str = "linear",
+                 pretrained: bool = False):
         super().__init__()
+        check_not_pretrained(pretrained, "the MLP")
         if hidden < 1:
             raise ConfigError(f"model.hidden must be a positive width, got {hidden}.")
         self.hidden = nn.Linear(_flat_size(input_shape), hidden)

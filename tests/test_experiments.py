@@ -1,0 +1,203 @@
+"""Every paper experiment composes with the paper's hyperparameters (SPEC.md §4), data sets bring
+their papers' protocols, explicit overrides win, and +scale=smoke shrinks any experiment."""
+
+from __future__ import annotations
+
+import pytest
+from hydra.core.override_parser.overrides_parser import OverridesParser
+
+from conftest import CONF, compose_config
+
+EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
+SPEC_IDS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",
+            "b18_tau", "g22_epsilon", "g22_samples", "g22_time", "g22_cifar_noise", "g22_plantnet",
+            "g22_imagenet_lt"}  # b18_speed is `make bench-losses`, not a training sweep
+
+
+def sweep_params(experiment: str, extra=()) -> dict[str, list]:
+    """The experiment's own sweep, each parameter's values as Python objects."""
+    cfg = compose_config([f"+experiment={experiment}", *extra], return_hydra_config=True)
+    parser = OverridesParser.create()
+    params = {}
+    for key, value in cfg.hydra.sweeper.params.items():
+        override = parser.parse_override(f"{key}={value}")
+        params[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    return params
+
+
+def compose_job(experiment: str, **choices):
+    """The config of one job of the sweep: the experiment plus one value per swept key."""
+    return compose_config([f"+experiment={experiment}", *(f"{k}={v}" for k, v in choices.items())])
+
+
+def assert_sgd(cfg, lr, weight_decay, milestones, gamma, epochs, batch_size):
+    assert cfg.optim._target_ == "torch.optim.SGD" and cfg.optim.nesterov and cfg.optim.momentum == 0.9
+    assert cfg.optim.lr == pytest.approx(lr) and cfg.optim.weight_decay == pytest.approx(weight_decay)
+    assert list(cfg.schedule.milestones) == milestones and cfg.schedule.gamma == pytest.approx(gamma)
+    assert cfg.trainer.epochs == epochs and cfg.trainer.batch_size == batch_size
+
+
+def test_every_spec_item_has_an_experiment():
+    assert SPEC_IDS <= set(EXPERIMENTS)
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_and_every_job_composes(experiment):
+    params = sweep_params(experiment)
+    cfg = compose_config([f"+experiment={experiment}"])
+    assert cfg.experiment == experiment
+    for key, values in params.items():  # every value of every swept key composes
+        for value in values:
+            shown = "null" if value is None else value
+            compose_config([f"+experiment={experiment}", f"{key}={shown}"])
+
+
+# --- the product brief's command and the per-data-set defaults ----------------------------------
+
+def test_brief_command_runs_g22_plantnet_protocol_for_noised_imbal():
+    cfg = compose_config(["loss=noised_imbal", "dataset=plantnet"])
+    assert cfg.model.name == "resnet50" and cfg.model.pretrained and cfg.model.head == "cosine"
+    loss = cfg.loss
+    assert (loss.k, loss.epsilon, loss.n_samples) == (5, 0.01, 5)
+    assert (loss.scale, loss.max_margin) == (60.0, 0.2)
+    assert_sgd(cfg, lr=2e-3, weight_decay=1e-4, milestones=[20, 25], gamma=0.1, epochs=30, batch_size=32)
+    assert cfg.trainer.selection_metric == "val/macro_top5"
+    assert cfg.augment.crop_padding and cfg.augment.flip  # random-resized crop + flip
+
+
+def test_overrides_still_win_over_the_protocol():
+    cfg = compose_config(["loss=noised_imbal", "dataset=plantnet", "model=resnet18", "optim.lr=0.5",
+                          "trainer.epochs=3", "loss.scale=30", "k=3"])
+    assert cfg.model.name == "resnet18" and cfg.optim.lr == 0.5 and cfg.trainer.epochs == 3
+    assert cfg.loss.scale == 30 and cfg.loss.k == 3 and cfg.trainer.selection_metric == "val/macro_top3"
+    assert not cfg.model.get("pretrained")  # the pre-trained weights are G22's ResNet-50's
+
+
+def test_plantnet_losses_get_g22_parameters():
+    ldam = compose_config(["dataset=plantnet", "loss=ldam"])
+    assert ldam.model.head == "cosine" and (ldam.loss.scale, ldam.loss.max_margin) == (40.0, 0.2)
+    assert compose_config(["dataset=plantnet", "loss=smooth_svm"]).loss.tau == 0.1
+    assert compose_config(["dataset=plantnet", "loss=ce"]).model.head == "linear"
+
+
+def test_cifar100_brings_b18_and_g22_protocol():
+    cfg = compose_config(["dataset=cifar100"])
+    assert cfg.model._target_.endswith("CifarDenseNet") and (cfg.model.depth, cfg.model.growth_rate) == (40, 40)
+    assert_sgd(cfg, lr=0.1, weight_decay=1e-4, milestones=[150, 225], gamma=0.1, epochs=300, batch_size=64)
+    assert cfg.trainer.selection_metric == "val/top5" and cfg.augment.crop_padding == 4
+    svm = compose_config(["dataset=cifar100", "loss=smooth_svm"]).loss
+    assert (svm.k, svm.tau, svm.alpha) == (5, 1.0, 1.0)
+    noised = compose_config(["dataset=cifar100", "loss=noised_bal"]).loss
+    assert (noised.k, noised.epsilon, noised.n_samples) == (5, 0.2, 10)
+    mixup = compose_config(["dataset=cifar100", "augment=mixup"]).augment
+    assert (mixup.alpha, mixup.crop_padding, mixup.flip) == (1.0, 4, True)
+
+
+def test_imagenet_smooth_svm_has_its_own_learning_rate():
+    ce = compose_config(["dataset=imagenet"])
+    assert ce.model.name == "resnet18"
+    assert_sgd(ce, lr=0.1, weight_decay=1e-4, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
+    svm = compose_config(["dataset=imagenet", "loss=smooth_svm"])
+    assert (svm.loss.k, svm.loss.tau) == (5, 0.1)
+    assert svm.optim.lr == 1.0 and svm.optim.weight_decay == pytest.approx(2.5e-5)
+
+
+# --- each experiment against SPEC §4 ------------------------------------------------------------
+
+def test_s20_cifar():
+    params = sweep_params("s20_cifar")
+    assert params["model"] == ["resnet18", "densenet121"] and params["augment"] == ["cutout", "mixup"]
+    assert params["loss"] == ["ce", "smooth_svm", "topk_group", "topk_transition"]
+    assert params["trainer.selection_metric"] == ["val/top1", "val/top5"] and len(params["seed"]) == 10
+    for loss in ("smooth_svm", "topk_group", "topk_transition"):
+        cfg = compose_job("s20_cifar", loss=loss, augment="mixup", model="densenet121")
+        assert cfg.loss.k == 5 and cfg.augment.crop_padding == 4 and cfg.augment.alpha == 1.0
+        assert_sgd(cfg, lr=0.1, weight_decay=5e-4, milestones=[60, 120, 160], gamma=0.2, epochs=200,
+                   batch_size=128)
+    cutout = compose_job("s20_cifar", augment="cutout").augment
+    assert cutout.cutout_size == 8 and cutout.crop_padding == 4
+    assert list(compose_job("s20_cifar").trainer.ks) == list(range(1, 31))
+
+
+@pytest.mark.parametrize("experiment,noise,losses,seeds", [
+    ("b18_cifar_noise", [0.0, 0.2, 0.4, 0.6, 0.8, 1.0], ["ce", "smooth_svm"], 3),
+    ("g22_cifar_noise", [0.0, 0.1, 0.2, 0.3, 0.4], ["ce", "smooth_svm", "noised_bal"], 2),
+])
+def test_cifar_noise_tables(experiment, noise, losses, seeds):
+    params = sweep_params(experiment)
+    assert params["dataset.noise"] == noise and params["loss"] == losses and len(params["seed"]) == seeds
+    for loss in losses:
+        cfg = compose_job(experiment, loss=loss)
+        assert cfg.model._target_.endswith("CifarDenseNet") and cfg.model.growth_rate == 40
+        assert_sgd(cfg, lr=0.1, weight_decay=1e-4, milestones=[150, 225], gamma=0.1, epochs=300, batch_size=64)
+        assert cfg.trainer.selection_metric == "val/top5" and cfg.dataset.noise_groups == "coarse"
+    assert compose_job(experiment, loss="smooth_svm").loss.tau == 1.0
+    if "noised_bal" in losses:
+        noised = compose_job(experiment, loss="noised_bal").loss
+        assert (noised.k, noised.epsilon, noised.n_samples) == (5, 0.2, 10)
+
+
+def test_b18_imagenet():
+    params = sweep_params("b18_imagenet")
+    assert params["dataset.train_size"] == [64000, 128000, 320000, 640000, None]
+    assert params["loss"] == ["ce", "smooth_svm"]
+    cfg = compose_job("b18_imagenet", loss="smooth_svm")
+    assert cfg.model.name == "resnet18" and cfg.dataset.ten_crop and cfg.dataset.val_per_class == 50
+    assert_sgd(cfg, lr=1.0, weight_decay=2.5e-5, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
+    assert (cfg.loss.k, cfg.loss.tau) == (5, 0.1) and cfg.trainer.selection_metric == "val/top5"
+    ce = compose_job("b18_imagenet", loss="ce")
+    assert ce.optim.lr == 0.1 and ce.optim.weight_decay == pytest.approx(1e-4)
+
+
+def test_b18_tau():
+    params = sweep_params("b18_tau")
+    assert params["loss.tau"] == [0.0, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0]
+    cfg = compose_job("b18_tau")
+    assert cfg.model.growth_rate == 12 and cfg.model.depth == 40 and cfg.loss.k == 5
+
+
+@pytest.mark.parametrize("experiment,key,values,fixed", [
+    ("g22_epsilon", "loss.epsilon", [0.0, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0], ("n_samples", 10)),
+    ("g22_samples", "loss.n_samples", [1, 2, 3, 5, 10, 50, 100], ("epsilon", 0.2)),
+])
+def test_g22_cifar_ablations(experiment, key, values, fixed):
+    assert sweep_params(experiment)[key] == values
+    cfg = compose_job(experiment)
+    assert cfg.loss._target_.endswith("NoisedTopKHingeLoss") and cfg.loss.k == 5
+    assert cfg.loss[fixed[0]] == fixed[1] and cfg.model.growth_rate == 40
+    assert cfg.trainer.selection_metric == "val/top5"
+
+
+def test_g22_plantnet():
+    params = sweep_params("g22_plantnet")
+    assert params["k"] == [1, 3, 5, 10]
+    assert params["loss"] == ["ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal"]
+    cfg = compose_job("g22_plantnet", loss="noised_imbal", k=3)
+    assert cfg.loss.k == 3 and cfg.trainer.selection_metric == "val/macro_top3"
+    assert cfg.model.name == "resnet50" and cfg.model.pretrained and cfg.model.head == "cosine"
+    assert_sgd(cfg, lr=2e-3, weight_decay=1e-4, milestones=[20, 25], gamma=0.1, epochs=30, batch_size=32)
+    ldam = compose_job("g22_plantnet", loss="ldam", k=10)
+    assert ldam.loss.scale == 40 and ldam.trainer.selection_metric == "val/macro_top10"
+
+
+def test_g22_imagenet_lt():
+    params = sweep_params("g22_imagenet_lt")
+    assert len(params["seed"]) == 4 and "noised_imbal" in params["loss"]
+    cfg = compose_job("g22_imagenet_lt", loss="noised_imbal")
+    assert cfg.model.name == "resnet34" and cfg.trainer.epochs == 100 and cfg.trainer.batch_size == 128
+    assert list(cfg.schedule.milestones) == [60, 80]
+
+
+def test_g22_time():
+    params = sweep_params("g22_time")
+    assert params["loss"] == ["ce", "smooth_svm", "noised_bal"] and params["n_samples"] == [1, 3, 10]
+    cfg = compose_job("g22_time", loss="noised_bal", k=10, n_samples=3)
+    assert (cfg.loss.k, cfg.loss.n_samples) == (10, 3) and cfg.trainer.epochs == 1
+
+
+def test_smoke_scale_shrinks_any_experiment_and_wins_over_it():
+    for experiment in EXPERIMENTS:
+        cfg = compose_config([f"+experiment={experiment}", "+scale=smoke"])
+        assert cfg.trainer.epochs == 1 and cfg.trainer.limit_batches == 2
+        assert cfg.data_root == "outputs/smoke_data"
+        assert sweep_params(experiment, ["+scale=smoke"])["seed"] == [0]
