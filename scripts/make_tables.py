@@ -1,0 +1,45 @@
+"""Make a paper table from the run records of its sweep, beside the published numbers.
+
+    python scripts/make_tables.py b18_cifar_noise                 # newest outputs/sweeps/b18_cifar_noise/*
+    python scripts/make_tables.py b18_cifar_noise --sweep-dir DIR # a given sweep
+    python scripts/make_tables.py b18_speed                       # from outputs/bench/losses.json
+
+Writes ``<out>/<id>.md``, ``.csv`` and ``.tex`` (default ``outputs/tables``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from topk.tables import TABLES, make_table  # noqa: E402
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("table", choices=sorted(TABLES))
+    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the newest one)")
+    parser.add_argument("--outputs", type=Path, default=ROOT / "outputs", help="where sweeps live")
+    parser.add_argument("--out", type=Path, default=None, help="default: <outputs>/tables")
+    parser.add_argument("--bench-file", type=Path, default=None,
+                        help="b18_speed only (default: <outputs>/bench/losses.json)")
+    args = parser.parse_args(argv)
+    out = args.out or args.outputs / "tables"
+    try:
+        table, files = make_table(args.table, out, sweep_dir=args.sweep_dir, outputs=args.outputs,
+                                  bench_file=args.bench_file)
+    except FileNotFoundError as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return 1
+    print(table.markdown())
+    for kind, path in files.items():
+        print(f"wrote {kind}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
