@@ -2,9 +2,12 @@
 
     python scripts/make_figures.py s20_exp2                 # newest outputs/sweeps/s20_exp2/*
     python scripts/make_figures.py s20_exp2 --sweep-dir DIR # a given sweep
+    python scripts/make_figures.py s20_cifar --model densenet121 --augment cutout
     make figure-s20_exp2
 
-Writes ``<out>/<experiment>.png``, ``.csv`` and ``.md`` (default ``outputs/figures``).
+Figures: s20_exp1, s20_exp2, s20_exp3 (S20 Figs. 2–4), s20_cifar (S20 Fig. 6), g22_time
+(G22 Fig. 3), b18_tau (B18 Fig. 2a). Writes ``<out>/<id>.png``, ``.csv`` and ``.md`` (default
+``outputs/figures``).
 """
 
 from __future__ import annotations
@@ -16,19 +19,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from topk.figures import S20_FIGURES, latest_sweep_dir, make_s20_figure  # noqa: E402
+from topk.figures import FIGURE_IDS, latest_sweep_dir, make_figure  # noqa: E402
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("experiment", choices=sorted(S20_FIGURES))
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("experiment", choices=FIGURE_IDS)
     parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the newest one)")
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs", help="where sweeps live")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "figures")
+    panel = parser.add_argument_group("s20_cifar panel (S20 Fig. 6: resnet18, mixup, val/top5)")
+    panel.add_argument("--model", help="top-level model of the runs (default resnet18)")
+    panel.add_argument("--augment", help="augmentation of the runs (default mixup)")
+    panel.add_argument("--selection", help="the runs' selection metric (default val/top5)")
     args = parser.parse_args(argv)
+    chosen = {name: value for name, value in
+              (("model", args.model), ("augment", args.augment), ("selection", args.selection))
+              if value is not None}
+    if chosen and args.experiment != "s20_cifar":
+        parser.error("--model, --augment and --selection choose a panel of s20_cifar only")
     try:
         sweep_dir = args.sweep_dir or latest_sweep_dir(args.outputs, args.experiment)
-        files = make_s20_figure(args.experiment, sweep_dir, args.out)
+        files = make_figure(args.experiment, sweep_dir, args.out, **chosen)
     except FileNotFoundError as error:
         print(f"Error: {error}", file=sys.stderr)
         return 1

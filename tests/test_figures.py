@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 
 from conftest import ROOT, run_cli
-from topk.figures import latest_sweep_dir, load_runs, make_s20_figure, summarise
-from topk.records import find_results, write_results
+from topk.figures import (
+    latest_sweep_dir,
+    load_runs,
+    make_figure,
+    make_s20_figure,
+    smallest_k_reaching,
+    summarise,
+)
+from topk.records import find_results, write_history, write_results
 
 
 def fake_record(status, loss, seed, d, top1, top2):
@@ -94,3 +103,223 @@ def run_cli_script(args):
 
     return subprocess.run([sys.executable, str(ROOT / "scripts" / "make_figures.py"), *args],
                           capture_output=True, text=True, timeout=120)
+
+
+# ----------------------------------------------------------------- s20_cifar, g22_time, b18_tau
+
+
+def run_record(status, loss, seed=0, params=None, test=None, **top_level):
+    """A results.json record of any experiment; ``top_level`` overrides keys like ``model``."""
+    return {
+        "status": status, "error": None if status == "completed" else "boom",
+        "experiment": "test", "dataset": "cifar100", "model": "resnet18", "loss": loss,
+        "augment": "mixup", "seed": seed, "params": params or {}, "best_epoch": 1,
+        "selection_metric": "last", "val": {}, "test": test or {}, "epoch_seconds": 1.0,
+        "versions": {"topk": "0"}, **top_level,
+    }
+
+
+def write_sweep(root, records, histories=None, multirun_yaml=None):
+    """Job directories 0/, 1/, … with each record (and its history rows), plus a multirun.yaml."""
+    for job, record in enumerate(records):
+        (root / str(job)).mkdir(parents=True)
+        write_results(root / str(job), record)
+        if histories and histories[job] is not None:
+            write_history(root / str(job), histories[job])
+    if multirun_yaml is not None:
+        (root / "multirun.yaml").write_text(multirun_yaml)
+    return root
+
+
+def top_k_curve(offset):
+    """``top{k}`` = min(100, offset + k) for k = 1..30."""
+    return {f"top{k}": float(min(100, offset + k)) for k in range(1, 31)}
+
+
+def check_files(files):
+    """The CSV as a frame and the markdown with its table padding squeezed to one space."""
+    assert files["png"].stat().st_size > 10_000
+    assert files["csv"].exists()
+    return pd.read_csv(files["csv"]), re.sub(r" +", " ", files["md"].read_text())
+
+
+def point(table, **keys):
+    rows = table
+    for name, value in keys.items():
+        rows = rows[rows[name] == value]
+    assert len(rows) == 1, keys
+    return rows.iloc[0]
+
+
+S20_PANEL = {"model": "resnet18", "augment": "mixup", "selection_metric": "val/top5"}
+
+
+@pytest.fixture
+def s20_cifar_sweep(tmp_path):
+    """ResNet-18 + Mixup selected by val/top5: CE (seeds 0, 1; seed 2 failed) and top-5
+    transition (seeds 0, 1 of 3), plus runs of other panels that must stay out."""
+    records = [
+        run_record("completed", "ce", 0, test=top_k_curve(68), **S20_PANEL),
+        run_record("completed", "ce", 1, test=top_k_curve(66), **S20_PANEL),
+        run_record("failed", "ce", 2, **S20_PANEL),
+        run_record("completed", "topk_transition", 0, {"loss.k": 5}, top_k_curve(74), **S20_PANEL),
+        run_record("completed", "topk_transition", 1, {"loss.k": 5}, top_k_curve(76), **S20_PANEL),
+        run_record("completed", "ce", 0, test=top_k_curve(0),
+                   **{**S20_PANEL, "selection_metric": "val/top1"}),
+        run_record("completed", "ce", 0, test=top_k_curve(0),
+                   **{**S20_PANEL, "model": "densenet121"}),
+    ]
+    multirun = "hydra:\n  sweeper:\n    params:\n      seed: 0,1,2\n"
+    return write_sweep(tmp_path / "sweep", records, multirun_yaml=multirun)
+
+
+def test_s20_cifar_means_counts_and_smallest_k_reaching_99(s20_cifar_sweep, tmp_path):
+    files = make_figure("s20_cifar", s20_cifar_sweep, tmp_path / "figures")
+    table, markdown = check_files(files)
+    ce, transition = point(table, loss="ce", k=5), point(table, loss="topk_transition", k=24)
+    assert ce["accuracy_mean"] == 72.0  # (73 + 71) / 2: the other panels' runs are left out
+    assert (ce["n"], ce["failed"], ce["missing"]) == (2, 1, 0)
+    assert ce["counts"] == "2/3 seeds, 1 failed"
+    assert transition["accuracy_mean"] == 99.0  # (98 + 100) / 2
+    assert transition["counts"] == "2/3 seeds, 1 missing"
+    assert sorted(table["k"].unique()) == list(range(1, 31))
+    # CE's mean is 67 + k, at most 97 %: it never reaches 99 %; the transition loss does at k = 24.
+    assert set(table.loc[table["loss"] == "ce", "smallest_k_99"].astype(str)) == {"none"}
+    assert set(table.loc[table["loss"] == "topk_transition", "smallest_k_99"].astype(str)) == {"24"}
+    assert "model = resnet18, augment = mixup, models selected by val/top5 (5 runs)" in markdown
+    assert "| top-5 transition | 2/3 seeds, 1 missing |" in markdown
+    assert "k = 25" in markdown and "> 30" in markdown  # S20's numbers beside ours
+    assert "1 failed" in markdown
+
+
+def test_smallest_k_reaching_uses_the_mean_curve():
+    points = pd.DataFrame({"loss": ["a", "a", "a", "b"], "k": [1, 2, 3, 1],
+                           "accuracy_mean": [98.0, 99.0, 100.0, float("nan")]})
+    assert smallest_k_reaching(points) == {"a": 2, "b": None}
+
+
+def test_s20_cifar_panel_falls_back_and_says_so(s20_cifar_sweep, tmp_path):
+    files = make_figure("s20_cifar", s20_cifar_sweep, tmp_path / "figures", model="vgg",
+                        selection="val/top1")
+    table, markdown = check_files(files)
+    assert "No run with model = vgg in this sweep (it has densenet121, resnet18): showing " \
+           "model = resnet18 instead." in markdown
+    assert set(table["loss"]) == {"ce"} and point(table, loss="ce", k=1)["accuracy_mean"] == 1.0
+
+
+@pytest.fixture
+def g22_time_sweep(tmp_path):
+    """CE at 2, 4 (K = 5) and 3 s (K = 10): baseline 3 s; a failed CE run of 100 s stays out."""
+    def timed(status, loss, k, seconds, n_samples=None):
+        params = {"k": k, "loss.k": k}
+        if n_samples is not None:
+            params["loss.n_samples"] = n_samples
+        return run_record(status, loss, params=params, epoch_seconds=seconds)
+
+    records = [
+        timed("completed", "ce", 5, 2.0), timed("completed", "ce", 5, 4.0),
+        timed("completed", "ce", 10, 3.0), timed("failed", "ce", 10, 100.0),
+        timed("completed", "smooth_svm", 5, 6.0), timed("completed", "smooth_svm", 10, 9.0),
+        timed("completed", "noised_bal", 5, 3.3, 3),
+        timed("interrupted", "noised_bal", 10, None, 3),
+        timed("completed", "noised_bal", 5, 4.5, 10),
+    ]
+    return write_sweep(tmp_path / "sweep", records)
+
+
+def test_g22_time_ratios_to_the_sweeps_ce_and_the_papers_points(g22_time_sweep, tmp_path):
+    files = make_figure("g22_time", g22_time_sweep, tmp_path / "figures")
+    table, markdown = check_files(files)
+    ours, paper = table[table["source"] == "ours"], table[table["source"] == "paper"]
+    assert point(ours, line="smooth_svm", k=5)["ratio_to_ce_mean"] == pytest.approx(2.0)
+    assert point(ours, line="smooth_svm", k=10)["ratio_to_ce_mean"] == pytest.approx(3.0)
+    assert point(ours, line="noised_bal (B=3)", k=5)["ratio_to_ce_mean"] == pytest.approx(1.1)
+    assert point(ours, line="noised_bal (B=10)", k=5)["ratio_to_ce_mean"] == pytest.approx(1.5)
+    ce_at_5 = point(ours, line="ce", k=5)
+    assert (ce_at_5["ratio_to_ce_mean"], ce_at_5["n"]) == (pytest.approx(1.0), 2)
+    failed_ce = point(ours, line="ce", k=10)
+    assert (failed_ce["ratio_to_ce_mean"], failed_ce["failed"]) == (pytest.approx(1.0), 1)
+    unfinished = point(ours, line="noised_bal (B=3)", k=10)
+    assert unfinished["interrupted"] == 1 and pd.isna(unfinished["ratio_to_ce_mean"])
+    assert point(paper, line="smooth_svm", k=5)["ratio_to_ce_mean"] == pytest.approx(81 / 65)
+    assert point(paper, line="noised_bal (B=3)", k=10)["ratio_to_ce_mean"] == pytest.approx(60 / 65)
+    assert point(paper, line="ce", k=5)["ratio_to_ce_mean"] == 1.0
+    assert "CE baseline: 3.000 s per epoch" in markdown
+    assert "| noised_bal (B=3) | 10 | – | 0/1 runs, 1 interrupted | 0.923 | 60 |" in markdown
+    assert "65 s with CE" in markdown
+
+
+def test_g22_time_without_a_completed_ce_run_has_no_ratios(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", [
+        run_record("failed", "ce", params={"k": 5}),
+        run_record("completed", "smooth_svm", params={"k": 5}, epoch_seconds=2.0),
+    ])
+    table, markdown = check_files(make_figure("g22_time", sweep, tmp_path / "figures"))
+    assert table.loc[table["source"] == "ours", "ratio_to_ce_mean"].isna().all()
+    assert "No completed CE run in this sweep" in markdown
+
+
+def history(top5_at_even_epochs, epochs=4):
+    """History rows: ``train/top5`` logged on the even epochs only (the others not evaluated)."""
+    logged = iter(top5_at_even_epochs)
+    return [{"epoch": epoch, "lr": 0.1, "train/loss": 1.0,
+             **({"train/top5": next(logged)} if epoch % 2 == 0 else {})}
+            for epoch in range(1, epochs + 1)]
+
+
+@pytest.fixture
+def b18_tau_sweep(tmp_path):
+    records = [
+        run_record("completed", "smooth_svm", 0, {"loss.tau": 0.01}),
+        run_record("completed", "smooth_svm", 0, {"loss.tau": 1.0}),
+        run_record("completed", "smooth_svm", 1, {"loss.tau": 1.0}),
+        run_record("completed", "hinge", 0, {"loss.tau": 1.0}),  # hinge: τ = 0
+        run_record("failed", "smooth_svm", 0, {"loss.tau": 0.1}),
+        run_record("completed", "ce", 0),  # not a run of this figure
+    ]
+    histories = [history([50.0, 90.0]), history([60.0, 99.5]), history([70.0, 98.5]),
+                 history([5.0, 8.0]), history([1.0], epochs=3), history([1.0, 1.0])]
+    return write_sweep(tmp_path / "sweep", records, histories)
+
+
+def test_b18_tau_training_error_per_epoch_and_table_6(b18_tau_sweep, tmp_path):
+    files = make_figure("b18_tau", b18_tau_sweep, tmp_path / "figures")
+    table, markdown = check_files(files)
+    assert sorted(table["epoch"].dropna().unique()) == [2, 4]  # epochs without train/top5 skipped
+    assert point(table, tau=1.0, epoch=2)["train_top5_error_mean"] == pytest.approx(35.0)
+    assert point(table, tau=1.0, epoch=4)["train_top5_error_mean"] == pytest.approx(1.0)
+    assert point(table, tau=1.0, epoch=4)["n"] == 2
+    assert point(table, tau=0.01, epoch=4)["train_top5_error_mean"] == pytest.approx(10.0)
+    assert point(table, tau=0.0, epoch=4)["train_top5_error_mean"] == pytest.approx(92.0)
+    failed = table[table["tau"] == 0.1].iloc[0]
+    assert (failed["failed"], failed["n"]) == (1, 0) and pd.isna(failed["epoch"])
+    assert set(table["tau"]) == {0.0, 0.01, 0.1, 1.0}
+    # tau = 1: our last epoch 1.00 % error = 99.00 % accuracy beside B18's 99.78 %.
+    assert "| 1 | 2/2 seeds | 4 | 1.00 ± 0.71 | 99.00 | 99.78 | 0.22 | -0.78 |" in markdown
+    assert "| 0.1 | 0/1 seeds, 1 failed | – | – | – | 99.73 | 0.27 | – |" in markdown
+    assert "| 100 | no run |" in markdown
+    assert "random predictions" in markdown
+
+
+def test_make_figures_script_new_ids_and_missing_sweep(b18_tau_sweep, tmp_path, capsys):
+    out = tmp_path / "figures"
+    drawn = run_cli_script(["b18_tau", "--sweep-dir", str(b18_tau_sweep), "--out", str(out)])
+    assert drawn.returncode == 0, drawn.stderr
+    assert all((out / f"b18_tau.{kind}").exists() for kind in ("png", "csv", "md"))
+    make_figures = load_script("make_figures")
+    assert make_figures.main(["g22_time", "--outputs", str(tmp_path / "nothing")]) == 1
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "+experiment=g22_time" in error
+    with pytest.raises(SystemExit) as wrong:
+        make_figures.main(["b18_tau", "--sweep-dir", str(b18_tau_sweep), "--model", "resnet18"])
+    assert wrong.value.code == 2 and "s20_cifar only" in capsys.readouterr().err
+
+
+def load_script(name):
+    """``scripts/<name>.py`` as a module (the scripts are not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
