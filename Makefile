@@ -3,10 +3,13 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-S20_EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3
+EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet b18_tau \
+               g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time
+FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
-.PHONY: install demo test test-all lint bench bench-losses sweeps $(addprefix sweep-,$(S20_EXPERIMENTS)) \
-        $(addprefix figure-,$(S20_EXPERIMENTS)) figures clean
+.PHONY: install demo test test-all lint bench bench-losses bench-data smoke sweeps figures clean \
+        $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
+        sweep-b18_speed table-b18_speed
 
 install: $(VENV)/.installed
 
@@ -37,16 +40,37 @@ bench: install
 bench-losses: install
 	$(PY) scripts/bench_losses.py
 
-# One multirun sweep per paper figure: `make sweep-s20_exp2` then `make figure-s20_exp2`.
-$(addprefix sweep-,$(S20_EXPERIMENTS)): sweep-%: install
+# Images per second of the batched CIFAR pipeline against the per-image torchvision one, and of
+# ImageFolder JPEG decoding (outputs/bench/data.{json,md}).
+bench-data: install
+	$(PY) scripts/bench_data.py
+
+# Every experiment at smoke scale (tiny data in the real formats, one seed, one short epoch),
+# then every table and figure from those records: outputs/smoke/{tables,figures,summary.md}.
+smoke: install
+	$(PY) scripts/smoke.py
+
+# One paper item: `make sweep-g22_epsilon` runs the sweep, `make table-g22_epsilon` builds the
+# table from its newest records (outputs/tables/), `make figure-b18_tau` the figure (outputs/figures/).
+# b18_speed's numbers come from `make bench-losses`, not from a sweep.
+$(addprefix sweep-,$(EXPERIMENTS)): sweep-%: install
 	$(PY) train.py -m +experiment=$*
 
-sweeps: $(addprefix sweep-,$(S20_EXPERIMENTS))
+$(addprefix table-,$(EXPERIMENTS)): table-%: install
+	$(PY) scripts/make_tables.py $*
 
-$(addprefix figure-,$(S20_EXPERIMENTS)): figure-%: install
+sweep-b18_speed: bench-losses
+
+table-b18_speed: install
+	$(PY) scripts/make_tables.py b18_speed
+
+$(addprefix figure-,$(FIGURE_IDS)): figure-%: install
 	$(PY) scripts/make_figures.py $*
 
-figures: $(addprefix figure-,$(S20_EXPERIMENTS))
+# The three S20 synthetic sweeps run on a CPU in about 5 minutes.
+sweeps: sweep-s20_exp1 sweep-s20_exp2 sweep-s20_exp3
+
+figures: $(addprefix figure-,$(FIGURE_IDS))
 
 clean:
-	rm -rf outputs/runs outputs/sweeps outputs/figures
+	rm -rf outputs/runs outputs/sweeps outputs/figures outputs/tables outputs/smoke outputs/smoke_data
