@@ -70,7 +70,7 @@ class TensorBatches:
                 yield self.x[start : start + step], self.y[start : start + step]
             else:
                 index = order[start : start + step]
-                yield self.x[index], self.y[index]
+                yield self.x.index_select(0, index), self.y.index_select(0, index)
 
 
 class LimitedBatches:

@@ -24,7 +24,8 @@ class Normalize:
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         mean, std = self.mean.to(images.device), self.std.to(images.device)
-        return (images.float() / 255.0 - mean) / std
+        # one new tensor, then in place: a batch-sized allocation per step instead of four
+        return images.to(torch.float32, copy=True).div_(255.0).sub_(mean).div_(std)
 
 
 class RandomCropFlip:
@@ -50,14 +51,13 @@ class RandomCropFlip:
         padded = F.pad(images, (pad, pad, pad, pad))
         top = torch.randint(0, 2 * pad + 1, (batch,)).to(images.device)
         left = torch.randint(0, 2 * pad + 1, (batch,)).to(images.device)
-        rows = (top[:, None] + torch.arange(height, device=images.device))[:, None, :, None]
-        cols = (left[:, None] + torch.arange(width, device=images.device))[:, None, None, :]
+        # every height x width window of the padded images, a view; pick one per image
+        windows = padded.unfold(2, height, 1).unfold(3, width, 1)  # [B, C, rows, cols, H, W]
+        crops = windows[torch.arange(batch, device=images.device), :, top, left]
         if self.flip:
-            flipped = (torch.rand(batch) < 0.5).to(images.device)[:, None, None, None]
-            cols = torch.where(flipped, cols.flip(-1), cols)
-        channels = torch.arange(images.shape[1], device=images.device)[None, :, None, None]
-        samples = torch.arange(batch, device=images.device)[:, None, None, None]
-        return padded[samples, channels, rows, cols]
+            flipped = (torch.rand(batch) < 0.5).to(images.device)
+            crops[flipped] = crops[flipped].flip(-1)
+        return crops
 
 
 class Cutout:
