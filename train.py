@@ -29,11 +29,12 @@ from omegaconf import DictConfig, OmegaConf
 from topk.data import TensorBatches
 from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit
-from topk.data.transforms import Normalize
+from topk.data.transforms import Compose, Normalize
 from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
 from topk.errors import ConfigError, TopkError
 from topk.losses.targets import check_num_classes_for_k
 from topk.metrics import clip_ks
+from topk.precision import channels_last
 from topk.records import flatten, versions, write_results
 
 log = logging.getLogger("train")
@@ -119,20 +120,21 @@ def _split_batches(splits, name, trainer, seed, device, augment, normalize):
     split = getattr(splits, name)
     training = name == "train"
     batch_size = trainer.batch_size if training else trainer.eval_batch_size
+    layout = channels_last if trainer.channels_last else None
     if isinstance(split, ImageFileSplit):
+        on_device = augment.device_transform(normalize) if training else normalize
         return ImageBatches(
             split, batch_size, shuffle=training, seed=seed, device=device,
             image_transform=splits.image_transform(training, augment.random_crop, augment.flip),
-            device_transform=augment.device_transform(normalize) if training else normalize,
+            device_transform=Compose(on_device, layout) if layout else on_device,
             num_workers=int(trainer.num_workers),
             marginal_k=splits.marginal_k if splits.ten_crop and not training else None,
         )
-    if training:
-        return TensorBatches(
-            split, batch_size, shuffle=batch_size is not None, seed=seed, device=device,
-            transform=augment.train_transform(splits.input_shape, normalize),
-        )
-    return TensorBatches(split, batch_size, device=device, transform=normalize)
+    transform = augment.train_transform(splits.input_shape, normalize) if training else normalize
+    return TensorBatches(
+        split, batch_size, shuffle=training and batch_size is not None, seed=seed, device=device,
+        transform=Compose(transform, layout) if layout else transform,
+    )
 
 
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict:
@@ -161,6 +163,10 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
 
     model = build(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
     model.to(device)
+    if trainer.channels_last:
+        model.to(memory_format=torch.channels_last)
+    if trainer.compile:
+        model = torch.compile(model)
     loss_fn.to(device)
     optimizer = build(cfg.optim)(model.parameters())
     scheduler = build(cfg.schedule)(optimizer)
@@ -185,6 +191,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
         tensorboard=bool(trainer.tensorboard),
         description=f"{record['loss']} seed {record['seed']}",
         class_groups=splits.class_groups,
+        amp=str(trainer.amp),
     )
     result = fit(
         model, loss_fn, optimizer, scheduler, train_batches, eval_batches,

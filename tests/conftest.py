@@ -69,43 +69,17 @@ def write_tiny_cifar100(root: Path, train_per_class: int = 6, test_per_class: in
                         fine_to_coarse=None) -> Path:
     """A CIFAR-100 of random images in the official python-pickle format, under ``root``.
 
-    Coarse labels follow the official mapping (read from shared/ when it is there, else a
-    stand-in grouping of five fine labels per coarse class).
+    Coarse labels follow the official mapping (read from shared/ when it is there, else the
+    fixtures' shuffled stand-in grouping).
     """
     import json
-    import pickle
 
-    import numpy as np
+    from topk.data.fixtures import write_cifar100
 
     mapping_file = SHARED / "cifar100_fine_to_coarse.json"
-    if fine_to_coarse is not None:
-        pass
-    elif mapping_file.exists():
+    if fine_to_coarse is None and mapping_file.exists():
         fine_to_coarse = json.loads(mapping_file.read_text())["fine_to_coarse"]
-    else:
-        fine_to_coarse = [fine // 5 for fine in range(100)]
-    rng = np.random.default_rng(seed)
-    folder = Path(root) / "cifar-100-python"
-    folder.mkdir(parents=True, exist_ok=True)
-    for part, per_class in (("train", train_per_class), ("test", test_per_class)):
-        fine = np.repeat(np.arange(100), per_class)
-        rng.shuffle(fine)
-        entry = {
-            b"filenames": [f"{part}_{i}.png".encode() for i in range(len(fine))],
-            b"batch_label": f"{part} batch".encode(),
-            b"fine_labels": fine.tolist(),
-            b"coarse_labels": [fine_to_coarse[label] for label in fine],
-            b"data": rng.integers(0, 256, (len(fine), 3072), dtype=np.uint8),
-        }
-        with open(folder / part, "wb") as handle:
-            pickle.dump(entry, handle, protocol=2)
-    meta = {
-        b"fine_label_names": [f"fine_{i}".encode() for i in range(100)],
-        b"coarse_label_names": [f"coarse_{i}".encode() for i in range(20)],
-    }
-    with open(folder / "meta", "wb") as handle:
-        pickle.dump(meta, handle, protocol=2)
-    return Path(root)
+    return write_cifar100(root, train_per_class, test_per_class, seed, fine_to_coarse)
 
 
 @pytest.fixture(scope="session")

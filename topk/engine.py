@@ -31,6 +31,7 @@ from topk.data.augment import NoAugment
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.functional import topk_marginals
 from topk.metrics import TopKAccumulator, clip_ks
+from topk.precision import MixedPrecision, channels_last, unwrap
 from topk.records import TensorBoardScalars, write_history
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ class FitSettings:
     tensorboard: bool = True
     description: str = "train"
     class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
+    amp: str = "off"  # off | bf16 | fp16: autocast of the forward pass (losses stay float32)
 
 
 @dataclass
@@ -137,36 +139,42 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups
 
 
 def train_one_epoch(
-    model, loss_fn, optimizer, batches, augment, accumulator, epoch: int, stop=None
+    model, loss_fn, optimizer, batches, augment, accumulator, epoch: int, stop=None,
+    precision: MixedPrecision | None = None,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
     ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
     when each batch was seen, before the update. ``stop`` (a :class:`StopRequests`) is asked
-    after every batch whether a signal asked the run to stop.
+    after every batch whether a signal asked the run to stop. ``precision`` autocasts the
+    forward pass (``trainer.amp``); the loss always sees float32 scores.
     """
+    precision = precision or MixedPrecision()
     model.train()
-    total_loss = torch.zeros((), dtype=torch.float64)
-    total_count = 0
+    total_loss, total_count = 0.0, 0
     for batch_index, (inputs, labels) in enumerate(batches):
         inputs, target = augment(inputs, labels)
-        scores = model(inputs)
+        with precision.autocast():
+            scores = model(inputs)
+        scores = scores.float()
         loss = loss_fn(scores, target)
-        if not torch.isfinite(loss):
+        # one scalar read per step (as torchvision's reference loop logs it): the finiteness
+        # check before the update and the running mean
+        loss_value = loss.item()
+        if not math.isfinite(loss_value):
             raise NonFiniteLossError(
-                f"the training loss became {loss.item()} at epoch {epoch}, batch {batch_index}; "
+                f"the training loss became {loss_value} at epoch {epoch}, batch {batch_index}; "
                 "lower optim.lr or check the data and the loss parameters."
             )
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        total_loss += loss.detach().double().cpu() * len(labels)
+        precision.backward_and_step(loss, optimizer)
+        total_loss += loss_value * len(labels)
         total_count += len(labels)
         if accumulator is not None:
             accumulator.update(scores, labels)
         if stop is not None:
             stop.raise_if_requested()
-    return float(total_loss) / max(total_count, 1)
+    return total_loss / max(total_count, 1)
 
 
 def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
@@ -177,7 +185,7 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
     on which the evaluation loss is computed.
     """
     batch, crops = inputs.shape[:2]
-    logits = model(inputs.flatten(0, 1)).float()
+    logits = model(channels_last(inputs.flatten(0, 1))).float()
     k = min(marginal_k, logits.shape[1] - 1)
     marginals = topk_marginals(logits, k).unflatten(0, (batch, crops)).mean(dim=1)
     return marginals.log(), logits.unflatten(0, (batch, crops)).mean(dim=1)
@@ -185,22 +193,27 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
 
 @torch.inference_mode()
 def evaluate(
-    model, loss_fn, batches, ks, num_classes, class_groups=None
+    model, loss_fn, batches, ks, num_classes, class_groups=None,
+    precision: MixedPrecision | None = None,
 ) -> tuple[dict[str, float], TopKAccumulator]:
     """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard).
 
     Batches of multi-crop images (``batches.marginal_k`` set) are scored by
-    :func:`multi_crop_scores`; ``class_groups`` adds ``{group}_top{k}`` accuracies.
+    :func:`multi_crop_scores`; ``class_groups`` adds ``{group}_top{k}`` accuracies; scores are
+    autocast as in training and taken in float32.
     """
+    precision = precision or MixedPrecision()
     model.eval()
     marginal_k = getattr(batches, "marginal_k", None)
     accumulator = None
     total_loss, total_count = 0.0, 0
     for inputs, labels in batches:
-        if marginal_k is not None and inputs.dim() == 5:
-            scores, logits = multi_crop_scores(model, inputs, marginal_k)
-        else:
-            scores = logits = model(inputs)
+        with precision.autocast():
+            if marginal_k is not None and inputs.dim() == 5:
+                scores, logits = multi_crop_scores(model, inputs, marginal_k)
+            else:
+                scores = logits = model(inputs)
+        scores, logits = scores.float(), logits.float()
         if accumulator is None:
             accumulator = TopKAccumulator(ks, num_classes, scores.device)
         accumulator.update(scores, labels)
@@ -269,6 +282,7 @@ def fit(
     if settings.epochs < 1:
         raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
     eval_every = max(1, settings.eval_every)
+    precision = MixedPrecision(settings.amp, next(unwrap(model).parameters()).device)
 
     history: list[dict] = []
     start_epoch = 0
@@ -276,8 +290,9 @@ def fit(
     last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"
     if settings.resume and last_path.exists():
         checkpoint = load_checkpoint(last_path)
-        model.load_state_dict(checkpoint["model"])
+        unwrap(model).load_state_dict(checkpoint["model"])
         optimizer.load_state_dict(checkpoint["optimizer"])
+        precision.load_state_dict(checkpoint.get("grad_scaler", {}))
         scheduler.load_state_dict(checkpoint["scheduler"])
         torch.set_rng_state(checkpoint["rng"])
         if checkpoint.get("cuda_rng") is not None and torch.cuda.is_available():
@@ -302,7 +317,8 @@ def fit(
             {
                 "format": CHECKPOINT_FORMAT,
                 "epoch": completed_epoch,
-                "model": model.state_dict(),
+                "model": unwrap(model).state_dict(),
+                "grad_scaler": precision.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
                 "rng": torch.get_rng_state(),
@@ -339,7 +355,8 @@ def fit(
             train_batches.set_epoch(epoch)
             train_accumulator = TopKAccumulator(ks, num_classes) if evaluate_now else None
             train_loss = train_one_epoch(
-                model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch, stop
+                model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch, stop,
+                precision,
             )
             scheduler.step()
             row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
@@ -347,7 +364,7 @@ def fit(
                 train_metrics = train_accumulator.compute()
                 row.update({f"train/top{k}": train_metrics[f"top{k}"] for k in ks})
                 for split, batches in eval_batches.items():
-                    metrics, _ = evaluate(model, loss_fn, batches, ks, num_classes, groups)
+                    metrics, _ = evaluate(model, loss_fn, batches, ks, num_classes, groups, precision)
                     row.update({f"{split}/{name}": value for name, value in metrics.items()})
             row["seconds"] = time.perf_counter() - started
             in_epoch = False
@@ -358,7 +375,7 @@ def fit(
             value = row.get(metric)
             if metric != "last" and value is not None and _is_better(value, best_value, metric):
                 best_epoch, best_value = epoch, value
-                best_state = copy.deepcopy(model.state_dict())
+                best_state = copy.deepcopy(unwrap(model).state_dict())
                 best_unsaved = True
             if tensorboard is not None:
                 tensorboard.write(epoch, row)
@@ -385,12 +402,14 @@ def fit(
 
     if settings.selection_metric == "last" or best_state is None:
         # ``last`` keeps the final epoch; without any evaluated epoch there is nothing to select.
-        best_epoch, best_state = completed_epoch, copy.deepcopy(model.state_dict())
+        best_epoch, best_state = completed_epoch, copy.deepcopy(unwrap(model).state_dict())
     _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
-    model.load_state_dict(best_state)
+    unwrap(model).load_state_dict(best_state)
     final_metrics, per_class = {}, {}
     for split, batches in eval_batches.items():
-        metrics, accumulator = evaluate(model, loss_fn, batches, ks, num_classes, groups)
+        metrics, accumulator = evaluate(
+            model, loss_fn, batches, ks, num_classes, groups, precision
+        )
         final_metrics[split] = metrics
         per_class[split] = accumulator.per_class()
     seconds = [row["seconds"] for row in history if math.isfinite(row["seconds"])]
