@@ -7,7 +7,7 @@ EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet
                g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
-.PHONY: install demo test test-all lint bench bench-losses bench-data bench-epochs smoke sweeps figures clean \
+.PHONY: install demo test test-all lint bench bench-losses bench-data bench-epochs bench-train smoke sweeps figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed
 
@@ -39,6 +39,10 @@ bench: install
 # Speed (ratio to cross-entropy) and float32 stability of every loss (outputs/bench/losses.{json,md}).
 bench-losses: install
 	$(PY) scripts/bench_losses.py
+
+# Images per second of the engine against a bare PyTorch loop (outputs/bench/train.{json,md}).
+bench-train: install
+	$(PY) scripts/bench_train.py
 
 # Training-step times of every paper experiment's model on this machine, and the compute its sweep
 # needs (outputs/bench/epochs.{json,md}).

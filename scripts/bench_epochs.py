@@ -1,0 +1,533 @@
+"""Compute each paper experiment needs, estimated from training steps timed on this machine.
+
+    python scripts/bench_epochs.py            # 5 to 8 minutes on 2 idle CPU cores
+    python scripts/bench_epochs.py --quick    # a rough pass in a couple of minutes
+    python scripts/bench_epochs.py --experiments b18_tau g22_plantnet --no-share
+
+Method. Every run of each experiment's sweep is composed from ``conf/train.yaml`` exactly as
+``python train.py -m +experiment=<id>`` would (``+experiment=<id>`` plus one value per swept key;
+the seed changes no cost, so each seed-free combination is composed once and counted once per
+seed). Its model, loss and SGD optimiser are built with ``hydra.utils.instantiate`` from that
+config (``model.pretrained=false``: weights cannot be downloaded here; the cost of a step is the
+same), and a training step is what ``topk.engine.train_one_epoch`` does per batch: forward, loss,
+``zero_grad``, backward, ``optimizer.step()``, on random float32 inputs of the run's shape
+(3x32x32 for CIFAR-100, 3 x ``image_size`` squared for ImageNet, Pl@ntNet-300K and ImageNet-LT)
+and batch size, with random labels (Mixup runs get two-label soft targets, which some losses
+evaluate twice). Torch's default number of threads. One warm-up step, then the median of the
+timed steps that fit in ``--budget`` seconds (at least 2, at most 5; ``--quick``: one step on a
+batch of at most 16 images, scaled per image).
+
+The loss is timed alone as well (forward + backward on standard-normal scores of the run's
+[batch, classes] shape), for every loss configuration in every sweep. The noised losses' cost
+grows with the number of columns within 16 epsilon of the K-th largest score: on these scores
+every column for epsilon >= 0.1, few for epsilon = 0.01 (a cosine head's scores at
+initialisation would involve them all; a few milliseconds either way). The full step is timed with the costliest loss of
+the experiment on that network; when several experiments train the same network (model, input,
+batch, classes: four experiments train DenseNet 40-40 on CIFAR-100) the network is timed once,
+with the costliest loss of them all, and another experiment's step is that measurement minus
+the difference of the two losses' own times (marked "†"; ``--no-share`` times each directly).
+Each run's step is the network's step plus its own loss's time, so a sweep's total counts each
+run at its own cost (the cosine and linear heads of the Pl@ntNet/ImageNet-LT losses count as one
+network: they differ by one normalisation of the last layer).
+
+From the step: seconds per epoch = ceil(training images / batch) x step seconds (CIFAR-100:
+50,000 - ``dataset.val_size``; ImageNet: ``dataset.train_size`` or 1,281,167 - 1,000 x
+``dataset.val_per_class``; Pl@ntNet-300K 243,916; ImageNet-LT 115,846); hours per run = epochs x
+seconds per epoch / 3600; sweep CPU-hours = the sum over the sweep's runs, one after another on
+this whole machine (core-hours: x the core count).
+
+Limits. Training steps only: evaluation (every epoch by default), data loading and decoding,
+augmentation and normalisation, checkpoints and logging are not included, so real runs take
+longer (B18's ImageNet runs also evaluate ten crops of 100,000 images). Random inputs through an
+untrained network cost what real ones do in dense float32 arithmetic. Other processes on the machine slow the steps:
+the CPU use of each timing (process CPU seconds / (wall seconds x threads)) is recorded, and a
+value well under 1 means the numbers are inflated. Nothing here measures a GPU: no GPU speed-up
+is applied (a GPU is needed for every experiment listed); the only published GPU epoch time for
+one of these set-ups (G22 Fig. 3, DenseNet 40-40 on CIFAR-100, GPU not named) is printed for
+scale. Writes ``<out>/epochs.json`` and ``<out>/epochs.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import gc
+import inspect
+import itertools
+import json
+import math
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from hydra.core.global_hydra import GlobalHydra  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
+from hydra.utils import get_class, instantiate  # noqa: E402
+from omegaconf import OmegaConf, open_dict  # noqa: E402
+
+EXPERIMENTS = ("s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau", "g22_epsilon",
+               "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt")
+# Rows shown besides each network's costliest run: g22_samples sweeps B up to 100, so B = 10
+# (the value of every other G22 CIFAR-100 experiment) gets its own row.
+EXTRA_ROWS = {"g22_samples": ({"loss.n_samples": 10},)}
+
+CIFAR100_IMAGES = 50_000
+IMAGENET_TRAIN_IMAGES = 1_281_167
+# dataset config _target_ -> (name, classes)
+DATASETS = {
+    "topk.data.cifar.cifar100": ("CIFAR-100", 100),
+    "topk.data.imagenet.imagenet": ("ImageNet", 1000),
+    "topk.data.plantnet.plantnet": ("Pl@ntNet-300K", 1081),
+    "topk.data.imagenet_lt.imagenet_lt": ("ImageNet-LT", 1000),
+}
+FIXED_TRAIN_IMAGES = {"Pl@ntNet-300K": 243_916, "ImageNet-LT": 115_846}
+G22_FIG3 = ROOT / "topk" / "paper_results" / "g22_fig3_epoch_time.csv"
+# Below this CPU use (see time_repeats) a timing most likely shared the cores with other processes
+# (an idle 2-core run measured 0.8 to 1.0; runs beside a test suite 0.5).
+BUSY_CPU_USE = 0.75
+
+
+# --- the sweeps, from the composed configs ------------------------------------------------------
+
+def sweep_values(cfg) -> dict[str, list]:
+    """Each swept key's values as Python objects, as Hydra's basic sweeper expands them."""
+    parser = OverridesParser.create()
+    params = {}
+    for key, value in cfg.hydra.sweeper.params.items():
+        override = parser.parse_override(f"{key}={value}")
+        params[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    return params
+
+
+def override_text(value) -> str:
+    return "null" if value is None else str(value)
+
+
+def model_label(model: dict) -> str:
+    target = model["_target_"].rsplit(".", 1)[-1]
+    if target == "CifarDenseNet":
+        label = f"DenseNet {model['depth']}-{model['growth_rate']}"
+    elif target == "torchvision_resnet":
+        label = "ResNet-" + model["name"].removeprefix("resnet")
+    elif target == "torchvision_densenet121":
+        label = "DenseNet-121"
+    else:
+        label = target
+    return label + (" (cosine head)" if model.get("head") == "cosine" else "")
+
+
+def loss_label(name: str, loss: dict, soft: bool) -> str:
+    shown = {"k": "k", "tau": "τ", "epsilon": "ε", "n_samples": "B"}
+    params = [f"{symbol}={loss[key]:g}" for key, symbol in shown.items() if key in loss]
+    return name + (f" {' '.join(params)}" if params else "") + (" (Mixup targets)" if soft else "")
+
+
+def describe_run(experiment: str, choices: dict, count: int) -> dict:
+    """The composed config of one job, reduced to what its cost depends on."""
+    overrides = [f"+experiment={experiment}", *(f"{k}={override_text(v)}" for k, v in choices.items())]
+    cfg = compose("train", overrides=overrides, return_hydra_config=True)
+    loss_name = cfg.hydra.runtime.choices.loss
+    with open_dict(cfg):
+        del cfg["hydra"]
+    resolved = OmegaConf.to_container(cfg, resolve=True)
+    dataset, classes = DATASETS[resolved["dataset"]["_target_"]]
+    data = resolved["dataset"]
+    if dataset == "CIFAR-100":
+        input_shape, train_images = (3, 32, 32), CIFAR100_IMAGES - data["val_size"]
+    else:
+        side = data.get("image_size", resolved["image_size"])
+        input_shape = (3, side, side)
+        if dataset == "ImageNet":
+            train_images = data["train_size"] or IMAGENET_TRAIN_IMAGES - classes * data["val_per_class"]
+        else:
+            train_images = FIXED_TRAIN_IMAGES[dataset]
+    model = dict(resolved["model"])
+    pretrained = bool(model.get("pretrained"))
+    if "pretrained" in model:
+        model["pretrained"] = False  # no download here; the cost of a step is the same
+    batch = resolved["trainer"]["batch_size"]
+    soft = resolved["augment"].get("alpha") is not None  # Mixup hands the loss soft targets
+    network = {k: v for k, v in model.items() if k not in ("head", "pretrained")}
+    return {
+        "choices": choices, "count": count, "dataset": dataset, "classes": classes,
+        "input_shape": input_shape, "train_images": train_images, "batch_size": batch,
+        "epochs": resolved["trainer"]["epochs"], "model": model, "pretrained": pretrained,
+        "model_label": model_label(model), "optim": resolved["optim"], "loss": resolved["loss"],
+        "loss_name": loss_name, "soft_targets": soft,
+        "loss_label": loss_label(loss_name, resolved["loss"], soft),
+        "network_key": json.dumps([network, input_shape, classes, batch], sort_keys=True),
+        "loss_key": json.dumps([resolved["loss"], soft, classes, batch], sort_keys=True),
+    }
+
+
+def enumerate_runs(experiment: str) -> tuple[dict, list[dict]]:
+    """The sweep's parameters and one description per seed-free job (``count`` = its seeds)."""
+    params = sweep_values(compose("train", overrides=[f"+experiment={experiment}"],
+                                  return_hydra_config=True))
+    seeds = len(params.get("seed", [0]))
+    keys = [key for key in params if key != "seed"]
+    runs = [describe_run(experiment, dict(zip(keys, values)), seeds)
+            for values in itertools.product(*(params[key] for key in keys))]
+    return params, runs
+
+
+# --- timing --------------------------------------------------------------------------------------
+
+def make_target(batch: int, classes: int, soft: bool, generator: torch.Generator) -> torch.Tensor:
+    labels = torch.randint(0, classes, (batch,), generator=generator)
+    if not soft:
+        return labels
+    lam = float(torch.rand((), generator=generator))
+    one_hot = torch.nn.functional.one_hot(labels, classes).float()
+    return lam * one_hot + (1 - lam) * one_hot[torch.randperm(batch, generator=generator)]
+
+
+def build_loss(run: dict) -> torch.nn.Module:
+    """The run's loss; LDAM and the noised imbalanced loss get long-tailed class counts (their
+    values change the margins, not the cost)."""
+    extra = {}
+    parameters = inspect.signature(get_class(run["loss"]["_target_"])).parameters
+    if "class_counts" in parameters and run["loss"].get("class_counts") is None:
+        weights = [1.0 / (index + 1) for index in range(run["classes"])]
+        extra["class_counts"] = [max(1, round(run["train_images"] * w / sum(weights))) for w in weights]
+    if "num_classes" in parameters and run["loss"].get("num_classes") is None:
+        extra["num_classes"] = run["classes"]
+    return instantiate(run["loss"], **extra)
+
+
+def time_repeats(step, budget: float, min_repeats: int, max_repeats: int) -> dict:
+    """One warm-up call, then timed calls while they fit in ``budget`` seconds."""
+    begin = time.perf_counter()
+    step()
+    warmup = time.perf_counter() - begin
+    walls, cpus = [], []
+    while len(walls) < max_repeats and (
+        len(walls) < min_repeats or sum(walls) + statistics.median(walls) <= budget
+    ):
+        wall, cpu = time.perf_counter(), time.process_time()
+        step()
+        walls.append(time.perf_counter() - wall)
+        cpus.append(time.process_time() - cpu)
+    return {"median": statistics.median(walls), "seconds": walls, "warmup": warmup,
+            "cpu_use": sum(cpus) / (sum(walls) * torch.get_num_threads()),
+            "cpu_median": statistics.median(cpus) / torch.get_num_threads()}
+
+
+def time_loss(run: dict, budget: float) -> dict:
+    """Forward + backward of the loss alone on standard-normal scores [batch, classes]."""
+    generator = torch.Generator().manual_seed(0)
+    loss_fn = build_loss(run)
+    scores = torch.randn(run["batch_size"], run["classes"], generator=generator, requires_grad=True)
+    target = make_target(run["batch_size"], run["classes"], run["soft_targets"], generator)
+
+    def step():
+        scores.grad = None
+        loss_fn(scores, target).backward()
+
+    timing = time_repeats(step, budget, min_repeats=3, max_repeats=200)
+    return {"loss": run["loss_label"], "seconds": timing["median"], "repeats": len(timing["seconds"]),
+            "cpu_use": timing["cpu_use"]}
+
+
+def time_training_step(run: dict, budget: float, min_steps: int, max_batch: int | None) -> dict:
+    """Median wall time of one training step of ``run`` (scaled per image if ``max_batch`` cuts
+    the batch, in ``--quick``)."""
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    batch = run["batch_size"] if max_batch is None else min(run["batch_size"], max_batch)
+    model = instantiate(run["model"], num_classes=run["classes"], input_shape=list(run["input_shape"]))
+    model.train()
+    loss_fn = build_loss(run)
+    optimizer = instantiate(run["optim"])(model.parameters())
+    inputs = torch.randn(batch, *run["input_shape"], generator=generator)
+    target = make_target(batch, run["classes"], run["soft_targets"], generator)
+    finite = []
+
+    def step():
+        loss = loss_fn(model(inputs), target)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        finite.append(bool(torch.isfinite(loss)))
+
+    timing = time_repeats(step, budget, min_repeats=min_steps, max_repeats=5)
+    scale = run["batch_size"] / batch
+    return {
+        "model": run["model_label"], "loss": run["loss_label"], "timed_batch": batch,
+        "step_seconds": timing["median"] * scale, "timed_step_seconds": timing["seconds"],
+        "warmup_seconds": timing["warmup"], "cpu_use": timing["cpu_use"],
+        "cpu_seconds_per_thread": timing["cpu_median"] * scale,
+        "scaled_from_batch": batch if scale != 1 else None, "loss_finite": all(finite),
+    }
+
+
+# --- the estimate --------------------------------------------------------------------------------
+
+def run_hours(run: dict, step_seconds: float) -> float:
+    return run["epochs"] * math.ceil(run["train_images"] / run["batch_size"]) * step_seconds / 3600
+
+
+def select_rows(experiment: str, runs: list[dict], loss_seconds: dict) -> list[dict]:
+    """Per network: its costliest run (largest training set among equals), plus EXTRA_ROWS."""
+    rows = []
+    for network in dict.fromkeys(run["network_key"] for run in runs):
+        mine = [run for run in runs if run["network_key"] == network]
+        rows.append(max(mine, key=lambda run: (loss_seconds[run["loss_key"]], run["train_images"])))
+        for choices in EXTRA_ROWS.get(experiment, ()):
+            matching = [run for run in mine if all(run["choices"].get(k) == v for k, v in choices.items())]
+            if matching:
+                extra = max(matching, key=lambda run: (loss_seconds[run["loss_key"]], run["train_images"]))
+                if extra is not rows[-1]:
+                    rows.append(extra)
+    return rows
+
+
+def fmt(value: float) -> str:
+    """Three significant figures, thousands separated."""
+    if value >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def machine() -> dict:
+    cpu = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": cpu, "cores": cores, "torch": torch.__version__,
+            "threads": torch.get_num_threads(), "python": platform.python_version(),
+            "load_average_start": list(os.getloadavg())}
+
+
+def g22_gpu_epoch_seconds() -> float | None:
+    try:
+        with G22_FIG3.open() as handle:
+            for row in csv.DictReader(handle):
+                if row["loss"] == "ce" and row["k"] == "5":
+                    return float(row["epoch_seconds"])
+    except (OSError, KeyError, ValueError):
+        return None
+    return None
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="batches cut to 16 images (times scaled per image), 1 timed step: rough")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench", help="output folder")
+    parser.add_argument("--experiments", nargs="+", choices=EXPERIMENTS, default=list(EXPERIMENTS))
+    parser.add_argument("--budget", type=float, default=None,
+                        help="seconds of timed steps per network after the warm-up (default 60; quick 3)")
+    parser.add_argument("--no-share", action="store_true",
+                        help="time every row's step directly instead of once per network")
+    args = parser.parse_args(argv)
+    budget = args.budget if args.budget is not None else (3.0 if args.quick else 60.0)
+    min_steps, max_batch = (1, 16) if args.quick else (2, None)
+    loss_budget = 0.05 if args.quick else 0.3
+    started = time.perf_counter()
+    info = machine()
+    header = (f"Measured {datetime.date.today().isoformat()} on {info['cpu']}, {info['cores']} cores, "
+              f"torch {info['torch']}, {info['threads']} threads, float32"
+              + (" (--quick: batches of 16 scaled per image, rough)" if args.quick else ""))
+    print(header, flush=True)
+
+    # 1. Every run of every sweep, from the composed configs.
+    GlobalHydra.instance().clear()
+    sweeps = {}
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        for experiment in args.experiments:
+            params, runs = enumerate_runs(experiment)
+            sweeps[experiment] = {"params": params, "runs": runs}
+            print(f"{experiment}: {sum(run['count'] for run in runs)} runs", flush=True)
+
+    # 2. Each distinct loss alone.
+    loss_seconds, loss_timings = {}, {}
+    for sweep in sweeps.values():
+        for run in sweep["runs"]:
+            if run["loss_key"] not in loss_seconds:
+                timing = time_loss(run, loss_budget)
+                loss_seconds[run["loss_key"]] = timing["seconds"]
+                loss_timings[run["loss_key"]] = {**timing, "batch": run["batch_size"],
+                                                 "classes": run["classes"]}
+    loss_cpu_use = statistics.median(timing["cpu_use"] for timing in loss_timings.values())
+    print(f"timed {len(loss_seconds)} loss configurations alone (median CPU use {loss_cpu_use:.2f})",
+          flush=True)
+
+    # 3. The rows, and the runs whose full step is timed: per network (or per row, --no-share),
+    #    the costliest loss of all the rows that train it.
+    for experiment, sweep in sweeps.items():
+        sweep["rows"] = select_rows(experiment, sweep["runs"], loss_seconds)
+    timed = {}
+    for sweep in sweeps.values():
+        for row in sweep["rows"]:
+            key = row["network_key"] if not args.no_share else (row["network_key"], row["loss_key"])
+            if key not in timed or loss_seconds[row["loss_key"]] > loss_seconds[timed[key]["loss_key"]]:
+                timed[key] = row
+    steps = {}
+    for key, run in timed.items():
+        gc.collect()  # the previous network's activations and optimiser state
+        print(f"timing {run['model_label']} {run['input_shape']} batch {run['batch_size']}, "
+              f"{run['loss_label']} ...", end=" ", flush=True)
+        steps[key] = time_training_step(run, budget, min_steps, max_batch)
+        steps[key]["loss_key"] = run["loss_key"]
+        print(f"{steps[key]['step_seconds']:.2f} s/step (CPU use {steps[key]['cpu_use']:.2f})", flush=True)
+
+    def network_step(run: dict, row: dict) -> tuple[float, dict]:
+        """``run``'s step: the network step timed for ``row`` (a row of ``run``'s network), with
+        the timed loss's own time replaced by ``run``'s loss's."""
+        key = row["network_key"] if not args.no_share else (row["network_key"], row["loss_key"])
+        measurement = steps[key]
+        seconds = (measurement["step_seconds"] - loss_seconds[measurement["loss_key"]]
+                   + loss_seconds[run["loss_key"]])
+        return seconds, measurement
+
+    # 4. Per run, per row, per experiment.
+    results, lines = {}, []
+    for experiment, sweep in sweeps.items():
+        rows = sweep["rows"]
+        row_runs = {id(row): [] for row in rows}
+        row_of = {}
+        for run in sweep["runs"]:  # each run counts with the row of its network nearest in loss cost
+            mine = [row for row in rows if row["network_key"] == run["network_key"]]
+            nearest = min(mine, key=lambda row: abs(loss_seconds[row["loss_key"]] - loss_seconds[run["loss_key"]]))
+            row_runs[id(nearest)].append(run)
+            row_of[id(run)] = nearest
+        out_rows = []
+        for row in rows:
+            step, measurement = network_step(row, row)
+            epoch_seconds = math.ceil(row["train_images"] / row["batch_size"]) * step
+            covered = row_runs[id(row)]
+            sweep_hours = sum(run["count"] * run_hours(run, network_step(run, row)[0]) for run in covered)
+            out_rows.append({
+                "experiment": experiment, "model": row["model_label"], "dataset": row["dataset"],
+                "input": "x".join(map(str, row["input_shape"])), "batch": row["batch_size"],
+                "classes": row["classes"], "loss": row["loss_label"],
+                "pretrained_in_config": row["pretrained"],
+                "measured": measurement["loss_key"] == row["loss_key"],
+                "step_seconds": step, "loss_seconds": loss_seconds[row["loss_key"]],
+                "train_images": row["train_images"], "steps_per_epoch": math.ceil(row["train_images"] / row["batch_size"]),
+                "epoch_seconds": epoch_seconds, "epochs": row["epochs"],
+                "runs": sum(run["count"] for run in covered), "hours_per_run": run_hours(row, step),
+                "sweep_cpu_hours": sweep_hours,
+                "sweep_cpu_hours_at_timed_loss": sum(
+                    run["count"] * run_hours(run, step) for run in covered),
+                "cpu_use": measurement["cpu_use"],
+            })
+        by_size = {}
+        for run in sweep["runs"]:
+            step = network_step(run, row_of[id(run)])[0]
+            by_size.setdefault(run["train_images"], []).append(run_hours(run, step))
+        results[experiment] = {
+            "sweep": {k: [override_text(v) for v in values] for k, values in sweep["params"].items()},
+            "runs": sum(run["count"] for run in sweep["runs"]),
+            "configs": [json.loads(text) for text in sorted({json.dumps({"model": run["model_label"], "batch": run["batch_size"],
+                                           "epochs": run["epochs"], "input": run["input_shape"],
+                                           "train_images": run["train_images"]})
+                               for run in sweep["runs"]})],
+            "hours_per_run_by_train_images": {size: max(hours) for size, hours in sorted(by_size.items())},
+            "rows": out_rows,
+            "sweep_cpu_hours": sum(row["sweep_cpu_hours"] for row in out_rows),
+            "sweep_cpu_hours_at_timed_loss": sum(row["sweep_cpu_hours_at_timed_loss"] for row in out_rows),
+        }
+        lines.extend(out_rows)
+
+    # 5. The report.
+    info["load_average_end"] = list(os.getloadavg())
+    table = ["| experiment | model | input | batch | loss timed | step s | epoch s | epochs | runs | "
+             "hours per run | sweep CPU-hours |",
+             "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for row in lines:
+        mark = "" if row["measured"] else " †"
+        table.append(
+            f"| {row['experiment']} | {row['model']} | {row['input']} | {row['batch']} | {row['loss']} | "
+            f"{row['step_seconds']:.2f}{mark} | {fmt(row['epoch_seconds'])} | {row['epochs']} | "
+            f"{row['runs']} | {fmt(row['hours_per_run'])} | {fmt(row['sweep_cpu_hours'])} |")
+    totals = ["| experiment | runs | sweep CPU-hours | CPU-days | CPU-years | all runs at the timed loss |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for experiment, result in results.items():
+        hours = result["sweep_cpu_hours"]
+        totals.append(f"| {experiment} | {result['runs']} | {fmt(hours)} | {fmt(hours / 24)} | "
+                      f"{hours / 24 / 365.25:.2g} | {fmt(result['sweep_cpu_hours_at_timed_loss'])} |")
+    notes = [
+        f"- Training steps only (forward, loss, backward, SGD step) on random inputs; evaluation, "
+        f"data loading and decoding, augmentation and checkpoints are not included, so real runs "
+        f"take longer. Step: median of up to 5 steps after one warm-up (`--budget` {budget:g} s).",
+        f"- CPU-hours: hours of this whole machine ({info['cores']} cores, {info['threads']} torch "
+        f"threads), runs one after another; core-hours are {info['cores']}x that.",
+        "- `hours per run`: the row's own run (b18_imagenet: the full training set); `sweep "
+        "CPU-hours`: the sum over the runs the row stands for, each with its own loss and "
+        "training-set size.",
+        "- † the network was timed once for several experiments with another loss; this step is "
+        "that time minus the difference of the two losses' own forward + backward times.",
+        "- Losses timed alone: " + "; ".join(
+            f"{row['experiment']} {row['loss']}: {1000 * row['loss_seconds']:.1f} ms "
+            f"({100 * row['loss_seconds'] / row['step_seconds']:.2g}% of the step)" for row in lines) + ".",
+        "- CPU use of the timed steps (process CPU seconds / (wall seconds x threads); 1 = every "
+        "thread busy, lower: other processes shared the machine and the times above are inflated; "
+        "CPU seconds per thread and step, about what an idle machine would take, in brackets): "
+        + ", ".join(f"{m['model']} {m['cpu_use']:.2f} ({m['cpu_seconds_per_thread']:.2f} s)"
+                    for m in steps.values())
+        + f"; the losses timed alone: median {loss_cpu_use:.2f}. Load average at start "
+          f"{info['load_average_start'][0]:.2f}, at end {info['load_average_end'][0]:.2f}.",
+    ]
+    busy = [m["model"] for m in steps.values() if m["cpu_use"] < BUSY_CPU_USE]
+    if busy or loss_cpu_use < BUSY_CPU_USE:
+        notes.append(f"- **Other processes were probably running**: CPU use under {BUSY_CPU_USE} for "
+                     + ", ".join(busy + (["the losses timed alone"] if loss_cpu_use < BUSY_CPU_USE else []))
+                     + "; those times are too long (short parallel operations, as a loss, suffer "
+                       "most: up to 100x). Rerun on an idle machine.")
+    if "b18_imagenet" in results:
+        sizes = results["b18_imagenet"]["hours_per_run_by_train_images"]
+        notes.append("- b18_imagenet hours per run by training images: " + ", ".join(
+            f"{size:,}: {fmt(hours)}" for size, hours in sizes.items()) + ".")
+    gpu = g22_gpu_epoch_seconds()
+    dense = next((row for row in lines if row["model"] == "DenseNet 40-40"), None)
+    if gpu and dense:
+        network_only = dense["step_seconds"] - dense["loss_seconds"]
+        ce = next((s for k, s in loss_seconds.items()
+                   if json.loads(k)[0]["_target_"] == "torch.nn.CrossEntropyLoss"
+                   and json.loads(k)[2:] == [100, 64]), 0.0)
+        here = dense["steps_per_epoch"] * (network_only + ce)
+        notes.append(
+            f"- No GPU estimate: nothing here measures a GPU, and the speed-up depends on the model "
+            f"and the GPU. Every experiment above needs one. For scale only: G22 Fig. 3 reports "
+            f"{gpu:g} s per DenseNet 40-40 CIFAR-100 epoch with cross-entropy on a GPU it does not "
+            f"name; this machine needs {fmt(here)} s ({fmt(here / gpu)}x longer).")
+    else:
+        notes.append("- No GPU estimate: nothing here measures a GPU; every experiment above needs one.")
+    seconds = time.perf_counter() - started
+    notes.append(f"- This benchmark took {seconds / 60:.1f} minutes.")
+    markdown = "\n".join([f"# Epoch times and compute per experiment\n\n{header}.\n", *table, "",
+                          *totals, "", *notes]) + "\n"
+    print()
+    print(markdown)
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {
+        "machine": info, "header": header, "quick": args.quick, "budget_seconds": budget,
+        "shared_network_timings": not args.no_share, "seconds": seconds,
+        "experiments": results,
+        "step_timings": [{k: v for k, v in m.items() if k != "loss_key"} for m in steps.values()],
+        "loss_timings": list(loss_timings.values()),
+    }
+    (args.out / "epochs.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    (args.out / "epochs.md").write_text(markdown)
+    print(f"wrote {args.out / 'epochs.json'} and {args.out / 'epochs.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
