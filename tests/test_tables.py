@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT
 from topk import paper_results
 from topk.records import write_history, write_results
-from topk.tables import build_table, make_table, write_table
+from topk.tables import TABLES, build_table, make_table, normalise_key, paper_cells, write_table
 
 
 def record(status="completed", seed=0, loss="ce", params=None, test=None, val=None, **extra):
@@ -324,3 +324,24 @@ def test_cli_uses_the_newest_sweep_and_prints_paths(noise_sweep, tmp_path, capsy
 def test_write_table_creates_the_directory(noise_sweep, tmp_path):
     files = write_table(build_table("b18_cifar_noise", sweep_dir=noise_sweep), tmp_path / "a" / "b")
     assert all(path.parent == tmp_path / "a" / "b" for path in files.values())
+
+
+@pytest.mark.parametrize("table_id", sorted(
+    table_id for table_id, spec in TABLES.items() if spec is not None and spec.paper
+))
+def test_every_published_number_stands_in_its_cell(tmp_path, table_id):
+    """Each table has a cell for every (row, column, metric) of its published CSV, holding that
+    number, even when no run has finished (here: one failed run)."""
+    spec = TABLES[table_id]
+    table = build_table(table_id, sweep_dir=write_sweep(tmp_path / "s", [record(status="failed")]))
+    published = paper_cells(spec)
+    assert len(published) > 0
+    tidy = table.tidy.assign(
+        row=[tuple(normalise_key(r[name]) for name in spec.row_names) for _, r in table.tidy.iterrows()],
+        column=[tuple(normalise_key(r[name]) for name in spec.column_names) for _, r in table.tidy.iterrows()],
+    )
+    for _, expected in published.iterrows():
+        match = tidy[(tidy["row"] == expected["row"]) & (tidy["column"] == expected["column"])
+                     & (tidy["metric"] == expected["metric"])]
+        assert len(match) == 1, (table_id, expected["row"], expected["column"], expected["metric"])
+        assert match.iloc[0]["paper"] == pytest.approx(expected["paper"])
