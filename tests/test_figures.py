@@ -9,14 +9,13 @@ import pytest
 
 from conftest import ROOT, run_cli
 from topk.figures import (
-    latest_sweep_dir,
     load_runs,
     make_figure,
     make_s20_figure,
     smallest_k_reaching,
     summarise,
 )
-from topk.records import find_results, write_history, write_results
+from topk.records import find_results, latest_sweep_dir, write_history, write_results
 
 
 def fake_record(status, loss, seed, d, top1, top2):

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from topk import paper_results
+from topk import paper_results, tables
 from topk.records import find_results
 
 
@@ -83,18 +83,6 @@ COUNTS_LEGEND = (
 
 
 # ------------------------------------------------------------------------ S20 synthetic (Figs. 2–4)
-
-
-def latest_sweep_dir(outputs: Path, experiment: str) -> Path:
-    """The newest ``outputs/sweeps/<experiment>/<time>`` directory."""
-    root = Path(outputs) / "sweeps" / experiment
-    candidates = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
-    if not candidates:
-        raise FileNotFoundError(
-            f"no sweep of {experiment} under {root}; run "
-            f"`python train.py -m +experiment={experiment}` first."
-        )
-    return candidates[-1]
 
 
 def load_runs(sweep_dir: Path, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
@@ -244,13 +232,6 @@ def make_s20_figure(experiment: str, sweep_dir: Path, out_dir: Path) -> dict[str
 # ------------------------------------------------------------------------ shared: sweeps, points
 
 
-def _tables():
-    """:mod:`topk.tables`, imported when first used: it imports this module at its top."""
-    from topk import tables
-
-    return tables
-
-
 @dataclass(frozen=True)
 class Sweep:
     """The readable run records of one sweep and the run counts of its header line.
@@ -292,7 +273,6 @@ def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
     FileNotFoundError
         No readable ``results.json`` below ``sweep_dir``; the message names the command to run.
     """
-    tables = _tables()
     sweep_dir = Path(sweep_dir)
     records, unreadable = tables.load_records(sweep_dir)
     if not records:
@@ -324,7 +304,7 @@ def observation(record: Mapping, line, x, value) -> dict:
 
 def counts_text(cell: Mapping, unit: str = "seeds") -> str:
     """:func:`topk.tables.count_text` ("2/3 seeds, 1 failed") counting ``unit`` instead."""
-    return _tables().count_text(cell).replace(" seeds", f" {unit}")
+    return tables.count_text(cell).replace(" seeds", f" {unit}")
 
 
 def summarise_points(entries: Iterable[Mapping], expected_seeds: int | None, line_name: str,
@@ -352,7 +332,6 @@ def summarise_points(entries: Iterable[Mapping], expected_seeds: int | None, lin
         failed one, gets an empty x): ``<value_name>_mean`` and ``_std`` (ddof=1) over
         completed runs, the counts of :func:`topk.tables.summarise_cell` and their text.
     """
-    tables = _tables()
     groups: dict[tuple, list] = {}
     for entry in entries:
         groups.setdefault((entry["line"], entry["x"]), []).append(entry)
@@ -380,7 +359,7 @@ def in_order(keys: Iterable, first: Iterable) -> list:
     """``first`` in its order, then the other ``keys`` in natural order (``B=3`` before
     ``B=10``, numbers by value; :func:`topk.tables.ordered`)."""
     first = list(dict.fromkeys(first))
-    return first + [key for key in _tables().ordered(keys, []) if key not in first]
+    return first + [key for key in tables.ordered(keys, []) if key not in first]
 
 
 def _x_order(x) -> tuple:
@@ -675,7 +654,7 @@ def g22_paper_points() -> pd.DataFrame:
     """
     published = paper_results.load("g22_fig3_epoch_time")
     ce = published[published["loss"] == "ce"].assign(ratio_to_ce=1.0)
-    others = _tables().g22_time_paper(published)
+    others = tables.g22_time_paper(published)
     points = pd.concat([ce, others], ignore_index=True)
     return pd.DataFrame({"source": "paper", "line": points["loss"], "k": points["k"].astype(int),
                          "ratio_to_ce_mean": points["ratio_to_ce"],
@@ -734,7 +713,6 @@ def make_g22_time_figure(sweep_dir: Path, out_dir: Path) -> dict[str, Path]:
         The files written, by kind. The CSV has our points (``source`` = "ours": mean and std
         over the runs at that K, run counts) then G22's (``source`` = "paper").
     """
-    tables = _tables()
     sweep = read_sweep(sweep_dir, "g22_time")
     context = tables.g22_time_context(sweep.records)
     entries = [observation(record, tables.g22_time_column(record)[0], tables.record_k(record),
@@ -793,7 +771,6 @@ def b18_tau_observations(records: list[dict]) -> tuple[list[dict], list[dict]]:
     last : list of dict
         One entry per run with its last logged error (x empty).
     """
-    tables = _tables()
     include = tables.TABLES["b18_tau"].include
     per_epoch, last = [], []
     for record in filter(include, records):
@@ -815,7 +792,7 @@ def b18_final_table(points: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
     last_epochs = points.dropna(subset=["epoch"]).groupby("tau", dropna=False)["epoch"].max()
     by_tau = final.set_index("tau")
     rows = []
-    for tau in _tables().ordered([*by_tau.index], [float(t) for t in paper.index]):
+    for tau in tables.ordered([*by_tau.index], [float(t) for t in paper.index]):
         mine = by_tau.loc[tau] if tau in by_tau.index else None
         error = None if mine is None else _as_number(mine["train_top5_error_mean"])
         published = _as_number(paper.get(tau))

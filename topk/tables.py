@@ -24,8 +24,7 @@ import pandas as pd
 import yaml
 
 from topk import paper_results
-from topk.figures import latest_sweep_dir
-from topk.records import read_results
+from topk.records import latest_sweep_dir, read_results
 
 FIELDS = ("ours", "paper", "ours − paper")
 UNFINISHED = ("failed", "interrupted", "running")
