@@ -70,9 +70,10 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from hydra.core.global_hydra import GlobalHydra  # noqa: E402
-from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
 from hydra.utils import get_class, instantiate  # noqa: E402
 from omegaconf import OmegaConf, open_dict  # noqa: E402
+
+from topk.tables import sweep_values  # noqa: E402
 
 EXPERIMENTS = ("s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau", "g22_epsilon",
                "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt")
@@ -97,16 +98,6 @@ BUSY_CPU_USE = 0.75
 
 
 # --- the sweeps, from the composed configs ------------------------------------------------------
-
-def sweep_values(cfg) -> dict[str, list]:
-    """Each swept key's values as Python objects, as Hydra's basic sweeper expands them."""
-    parser = OverridesParser.create()
-    params = {}
-    for key, value in cfg.hydra.sweeper.params.items():
-        override = parser.parse_override(f"{key}={value}")
-        params[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
-    return params
-
 
 def override_text(value) -> str:
     return "null" if value is None else str(value)
@@ -172,7 +163,7 @@ def describe_run(experiment: str, choices: dict, count: int) -> dict:
 def enumerate_runs(experiment: str) -> tuple[dict, list[dict]]:
     """The sweep's parameters and one description per seed-free job (``count`` = its seeds)."""
     params = sweep_values(compose("train", overrides=[f"+experiment={experiment}"],
-                                  return_hydra_config=True))
+                                  return_hydra_config=True).hydra.sweeper.params)
     seeds = len(params.get("seed", [0]))
     keys = [key for key in params if key != "seed"]
     runs = [describe_run(experiment, dict(zip(keys, values)), seeds)

@@ -4,9 +4,9 @@ their papers' protocols, explicit overrides win, and +scale=smoke shrinks any ex
 from __future__ import annotations
 
 import pytest
-from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from conftest import CONF, compose_config
+from topk.tables import sweep_values
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 SPEC_IDS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",
@@ -17,12 +17,7 @@ SPEC_IDS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", 
 def sweep_params(experiment: str, extra=()) -> dict[str, list]:
     """The experiment's own sweep, each parameter's values as Python objects."""
     cfg = compose_config([f"+experiment={experiment}", *extra], return_hydra_config=True)
-    parser = OverridesParser.create()
-    params = {}
-    for key, value in cfg.hydra.sweeper.params.items():
-        override = parser.parse_override(f"{key}={value}")
-        params[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
-    return params
+    return sweep_values(cfg.hydra.sweeper.params)
 
 
 def compose_job(experiment: str, **choices):

@@ -31,7 +31,7 @@ from topk.data.augment import NoAugment
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.functional import topk_marginals
 from topk.metrics import TopKAccumulator, clip_ks
-from topk.precision import MixedPrecision, channels_last, unwrap
+from topk.precision import MixedPrecision, unwrap
 from topk.records import TensorBoardScalars, write_history
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
     on which the evaluation loss is computed.
     """
     batch, crops = inputs.shape[:2]
-    logits = model(channels_last(inputs.flatten(0, 1))).float()
+    logits = model(inputs.flatten(0, 1)).float()
     k = min(marginal_k, logits.shape[1] - 1)
     marginals = topk_marginals(logits, k).unflatten(0, (batch, crops)).mean(dim=1)
     return marginals.log(), logits.unflatten(0, (batch, crops)).mean(dim=1)

@@ -406,6 +406,19 @@ def sweep_overrides(sweep_dir: Path) -> dict:
         return {}
 
 
+def sweep_values(params: Mapping) -> dict[str, list]:
+    """Each key of ``hydra.sweeper.params`` with its values as Python objects, as Hydra's basic
+    sweeper expands them (``range(3)`` -> ``[0, 1, 2]``, ``null`` -> ``None``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    values = {}
+    for key, value in params.items():
+        override = parser.parse_override(f"{key}={value}")
+        values[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    return values
+
+
 def _sweep_size(override) -> int | None:
     if not override.is_sweep_override():
         return 1

@@ -15,6 +15,16 @@ import torch
 from topk.data.splits import TensorSplit
 
 
+def epoch_seed(seed: int, epoch: int) -> int:
+    """The seed of epoch ``epoch``'s shuffle: every loader draws its order from it alone."""
+    return seed * 1_000_003 + epoch
+
+
+def epoch_permutation(size: int, seed: int, epoch: int) -> torch.Tensor:
+    """The order of epoch ``epoch``, a permutation that depends only on ``(seed, epoch)``."""
+    return torch.randperm(size, generator=torch.Generator().manual_seed(epoch_seed(seed, epoch)))
+
+
 class TensorBatches:
     """Iterate over ``split`` in batches of ``batch_size`` (``None``: the whole split at once).
 
@@ -62,8 +72,7 @@ class TensorBatches:
                 return
         order = None
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-            order = torch.randperm(n, generator=generator).to(self.x.device)
+            order = epoch_permutation(n, self.seed, self.epoch).to(self.x.device)
         step = n if self.batch_size is None else self.batch_size
         for start in range(0, n, step):
             if order is None:

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 from tqdm import tqdm
 
+from topk.data.batches import epoch_permutation, epoch_seed
 from topk.data.splits import DataSplits
 from topk.errors import ConfigError, DataError
 
@@ -178,7 +179,8 @@ class EpochSampler(Sampler):
     """Indices of one epoch, each with the seed of its random transform.
 
     With ``shuffle`` the order is a permutation drawn from ``(seed, epoch)`` as in
-    :class:`topk.data.TensorBatches`; the sample seed mixes ``(seed, epoch, index)``.
+    :class:`topk.data.TensorBatches` (:func:`topk.data.batches.epoch_permutation`); the sample
+    seed mixes ``(seed, epoch, index)``.
     """
 
     def __init__(self, size: int, shuffle: bool, seed: int):
@@ -189,13 +191,10 @@ class EpochSampler(Sampler):
         return self.size
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        epoch_seed = self.seed * 1_000_003 + self.epoch
-        if self.shuffle:
-            order = torch.randperm(self.size, generator=torch.Generator().manual_seed(epoch_seed))
-        else:
-            order = torch.arange(self.size)
+        order = epoch_permutation(self.size, self.seed, self.epoch) if self.shuffle else torch.arange(self.size)
+        sample_seeds = epoch_seed(self.seed, self.epoch) * 10_000_019
         for index in order.tolist():
-            yield index, (epoch_seed * 10_000_019 + index) % (2**63 - 1)
+            yield index, (sample_seeds + index) % (2**63 - 1)
 
 
 class ImageBatches:
