@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import pytest
 import torch
 
-from topk.functional.esp import log_esp, log_esp_summation, topk_marginals
+from topk.functional.esp import LOG_ZERO, _PolynomialProducts, log_esp, log_esp_summation, topk_marginals
 
 TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)
+# log_esp with linear-space products tried at every level, so that small inputs exercise them too.
+log_esp_linear = functools.partial(log_esp, linear_from_degree=1)
 
 
 def brute_force_log_esp(x, k):
@@ -33,7 +36,7 @@ def value_and_grad(function, x, k, weights):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8, 10])
-@pytest.mark.parametrize("function", [log_esp, log_esp_summation])
+@pytest.mark.parametrize("function", [log_esp, log_esp_linear, log_esp_summation])
 def test_all_degrees_match_enumeration(n, function):
     generator = torch.Generator().manual_seed(n)
     x = 2 * torch.randn(5, n, generator=generator, dtype=torch.float64)
@@ -45,23 +48,55 @@ def test_all_degrees_match_enumeration(n, function):
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
 
 
-def test_minus_infinity_is_a_zero_variable_with_zero_gradient():
+@pytest.mark.parametrize("function", [log_esp, log_esp_linear])
+def test_minus_infinity_is_a_zero_variable_with_zero_gradient(function):
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(4, 7, generator=generator, dtype=torch.float64)
     dropped = x.clone()
     dropped[:, 2] = float("-inf")
     weights = torch.randn(4, 6, generator=generator, dtype=torch.float64)
-    value, grad = value_and_grad(log_esp, dropped, 5, weights)
-    expected_value, expected_grad = value_and_grad(log_esp, x[:, [0, 1, 3, 4, 5, 6]], 5, weights)
+    value, grad = value_and_grad(function, dropped, 5, weights)
+    expected_value, expected_grad = value_and_grad(function, x[:, [0, 1, 3, 4, 5, 6]], 5, weights)
     torch.testing.assert_close(value, expected_value, rtol=1e-12, atol=1e-12)
     assert (grad[:, 2] == 0).all()
     torch.testing.assert_close(grad[:, [0, 1, 3, 4, 5, 6]], expected_grad, rtol=1e-12, atol=1e-12)
 
 
-def test_gradcheck():
+@pytest.mark.parametrize("function", [log_esp, log_esp_linear])
+def test_gradcheck(function):
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(3, 6, generator=generator, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(lambda x: log_esp(x, 4), (x,))
+    assert torch.autograd.gradcheck(lambda x: function(x, 4), (x,))
+
+
+def test_linear_space_levels_equal_log_space_levels_with_padding_and_dropped_variables():
+    """n = 300 pads to 512 with e = 0, and every row drops a few variables (x = -inf, as the
+    smooth SVM drops the label): degrees above a subtree's nonzero count are log 0 there."""
+    generator = torch.Generator().manual_seed(3)
+    x = 3 * torch.randn(8, 300, generator=generator, dtype=torch.float64)
+    x[torch.arange(8), torch.randint(0, 300, (8,), generator=generator)] = float("-inf")
+    x[:2, 100:] = float("-inf")
+    for k in (8, 20, 40):
+        weights = torch.randn(8, k + 1, generator=generator, dtype=torch.float64)
+        linear = value_and_grad(log_esp_linear, x, k, weights)
+        log_only = value_and_grad(functools.partial(log_esp, linear_from_degree=k + 1), x, k, weights)
+        torch.testing.assert_close(linear, log_only, rtol=1e-12, atol=1e-12)
+
+
+def test_linear_space_falls_back_to_log_space_where_it_would_underflow():
+    """A level runs in linear space on moderate float32 inputs, and falls back to log-sum-exps
+    (returning the same values) when a product's log-coefficients bend too much for float32."""
+    generator = torch.Generator().manual_seed(4)
+    for spread, expect_linear in ((10.0, True), (1000.0, False)):
+        x = spread * torch.rand(16, 64, generator=generator) - spread
+        coefficients = torch.stack([torch.zeros_like(x), x])
+        for _ in range(4):  # up to input degree 16
+            coefficients, _ = _PolynomialProducts.apply(coefficients, 16, False)
+        linear, used_linear = _PolynomialProducts.apply(coefficients, 16, True)
+        log_only, used_log = _PolynomialProducts.apply(coefficients, 16, False)
+        assert bool(used_linear) == expect_linear and not bool(used_log)
+        assert (log_only > LOG_ZERO / 2).all()
+        torch.testing.assert_close(linear, log_only, rtol=1e-5, atol=1e-4)
 
 
 def test_rejects_degrees_outside_zero_to_n():

@@ -146,8 +146,12 @@ def realistic_scores(batch=64, n=1000):
     return scores, labels
 
 
-@pytest.mark.parametrize("tau", TAUS)
-@pytest.mark.parametrize("k", [1, 5])
+# k = 20 (where log_esp multiplies in linear space) down to τ = 1e-3: at τ = 1e-4 its float32
+# log-coefficients reach about 1e6 (ulp 0.06), and a few near-tie gradients differ from float64
+# by up to 5e-5, with or without the linear-space levels.
+@pytest.mark.parametrize(
+    "tau,k", [(tau, k) for tau in TAUS for k in (1, 5)] + [(tau, 20) for tau in TAUS if tau >= 1e-3]
+)
 def test_float32_is_finite_and_agrees_with_float64(tau, k):
     scores, labels = realistic_scores()
     per_sample = lambda s, y: smooth_topk_svm(s, y, k, tau, 1.0)  # noqa: E731
