@@ -8,7 +8,13 @@ import itertools
 import pytest
 import torch
 
-from topk.functional.esp import LOG_ZERO, _PolynomialProducts, log_esp, log_esp_summation, topk_marginals
+from topk.functional.esp import (
+    LOG_ZERO,
+    _PolynomialProducts,
+    log_esp,
+    log_esp_summation,
+    topk_marginals,
+)
 
 TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)
 # log_esp with linear-space products tried at every level, so that small inputs exercise them too.

@@ -196,10 +196,11 @@ class _PolynomialProducts(torch.autograd.Function):
         grad_scaled = torch.where(scaled > 0, grad_products / scaled, 0)
         grad_scaled[0] = 0  # c_0 = log 1 is a constant
         grad_a, grad_b = torch.zeros_like(m), torch.zeros_like(n)
-        for l in range(min(degree_in, degree_out) + 1):
-            last = min(degree_in, degree_out - l)
-            grad_a[: last + 1].addcmul_(grad_scaled[l : l + last + 1], n[l])
-            grad_b[: last + 1].addcmul_(grad_scaled[l : l + last + 1], m[l])
+        # grad_a_i += (g/C)_{i+d} n_d and grad_b_i += (g/C)_{i+d} m_d, for every offset d.
+        for offset in range(min(degree_in, degree_out) + 1):
+            last = min(degree_in, degree_out - offset)
+            grad_a[: last + 1].addcmul_(grad_scaled[offset : offset + last + 1], n[offset])
+            grad_b[: last + 1].addcmul_(grad_scaled[offset : offset + last + 1], m[offset])
         return torch.cat([grad_a.mul_(m), grad_b.mul_(n)], dim=-1)
 
 
