@@ -3,6 +3,7 @@
     python train.py                                  # circles, linear model, cross-entropy
     python train.py loss=topk_transition loss.k=2    # any config group option, any value
     python train.py -m +experiment=s20_exp2          # a paper sweep (multirun)
+    torchrun --nproc_per_node=2 train.py ...         # data-parallel over 2 processes (DDP)
 
 Hydra composes ``conf/train.yaml``; this file is the only place that turns configuration into
 objects (DESIGN §2). Every run leaves its record in its Hydra run directory.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import inspect
 import logging
 import random
+import shutil
 import signal
 import sys
 from pathlib import Path
@@ -25,7 +27,9 @@ from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
+from torch.nn.parallel import DistributedDataParallel
 
+from topk import distributed as dist_setup
 from topk.data import TensorBatches
 from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit
@@ -104,23 +108,26 @@ def check_output_dir(run_dir: Path) -> None:
         ) from None
 
 
-def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augment, normalize):
+def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augment, normalize,
+                 distributed=dist_setup.SINGLE_PROCESS):
     """The batches of split ``name``: in-memory tensors, or image files decoded by workers,
     cut to ``trainer.limit_batches`` per pass when that is set.
 
     Training batches are shuffled per epoch and augmented; evaluation batches are only
-    normalised (and, for image files, resized and centre- or ten-cropped).
+    normalised (and, for image files, resized and centre- or ten-cropped). With several
+    processes, each iterates over its share (``trainer.batch_size`` is the global batch).
     """
-    batches = _split_batches(splits, name, trainer, seed, device, augment, normalize)
+    batches = _split_batches(splits, name, trainer, seed, device, augment, normalize, distributed)
     limit = trainer.get("limit_batches")
     return LimitedBatches(batches, int(limit)) if limit else batches
 
 
-def _split_batches(splits, name, trainer, seed, device, augment, normalize):
+def _split_batches(splits, name, trainer, seed, device, augment, normalize, distributed):
     split = getattr(splits, name)
     training = name == "train"
     batch_size = trainer.batch_size if training else trainer.eval_batch_size
     layout = channels_last if trainer.channels_last else None
+    shares = {"distributed": distributed, "pad": training}
     if isinstance(split, ImageFileSplit):
         on_device = augment.device_transform(normalize) if training else normalize
         return ImageBatches(
@@ -128,26 +135,31 @@ def _split_batches(splits, name, trainer, seed, device, augment, normalize):
             image_transform=splits.image_transform(training, augment.random_crop, augment.flip),
             device_transform=Compose(on_device, layout) if layout else on_device,
             num_workers=int(trainer.num_workers),
-            marginal_k=splits.marginal_k if splits.ten_crop and not training else None,
+            marginal_k=splits.marginal_k if splits.ten_crop and not training else None, **shares,
         )
     transform = augment.train_transform(splits.input_shape, normalize) if training else normalize
     return TensorBatches(
         split, batch_size, shuffle=training and batch_size is not None, seed=seed, device=device,
-        transform=Compose(transform, layout) if layout else transform,
+        transform=Compose(transform, layout) if layout else transform, **shares,
     )
 
 
-def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict:
-    """Build everything from ``cfg``, train, and fill ``record``; returns the record."""
+def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
+        distributed=dist_setup.SINGLE_PROCESS, device=None) -> dict:
+    """Build everything from ``cfg``, train, and fill ``record``; returns the record.
+
+    ``distributed`` and ``device`` come from :func:`topk.distributed.setup` under torchrun.
+    """
     trainer = cfg.trainer
     if trainer.num_threads:
         torch.set_num_threads(int(trainer.num_threads))
-    device = resolve_device(trainer.device)
+    device = device or resolve_device(trainer.device)
+    dist_setup.check_global_batch(trainer.batch_size, distributed)
     seed_everything(int(cfg.seed))
 
     splits = build(cfg.dataset, seed=int(cfg.seed))
     train_labels = getattr(splits, "train_labels_full", None)
-    if train_labels is not None:  # the labels actually trained on (noisy), -1 where held out
+    if train_labels is not None and distributed.is_main:  # the labels trained on (noisy), -1 where held out
         np.save(run_dir / "train_labels.npy", np.asarray(train_labels, dtype=np.int64))
     if getattr(splits, "noise_rate", None) is not None:
         record["noise_rate"] = float(splits.noise_rate)
@@ -167,15 +179,20 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
         model.to(memory_format=torch.channels_last)
     if trainer.compile:
         model = torch.compile(model)
+    if distributed.enabled:  # every process starts from rank 0's weights; gradients are averaged
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # independent noise (noised losses), Mixup and augmentation draws in each process
+        seed_everything(int(cfg.seed) * 1_000_003 + 7_919 * (distributed.rank + 1))
     loss_fn.to(device)
     optimizer = build(cfg.optim)(model.parameters())
     scheduler = build(cfg.schedule)(optimizer)
     augment = build(cfg.augment, **data_arguments(cfg.augment, splits))
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
-    train_batches = make_batches(splits, "train", trainer, int(cfg.seed), device, augment, normalize)
+    seed = int(cfg.seed)
+    train_batches = make_batches(splits, "train", trainer, seed, device, augment, normalize, distributed)
     eval_batches = {
-        name: make_batches(splits, name, trainer, int(cfg.seed), device, augment, normalize)
+        name: make_batches(splits, name, trainer, seed, device, augment, normalize, distributed)
         for name in ("val", "test")
         if getattr(splits, name) is not None
     }
@@ -196,6 +213,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
     result = fit(
         model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
         splits.num_classes, run_dir, settings, augment=augment, on_epoch_end=on_epoch_end,
+        distributed=distributed,
     )
     record.update(
         status="completed",
@@ -205,6 +223,8 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
         epoch_seconds=result.epoch_seconds,
         test_per_class={f"top{k}": v for k, v in result.per_class.get("test", {}).items()},
         class_counts=splits.class_counts,
+        samples=result.samples,
+        processes=distributed.world_size,
     )
     if splits.class_groups:
         record["class_groups"] = splits.class_groups
@@ -212,27 +232,45 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None) -> dict
 
 
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
-    """Run one configuration inside Hydra's job context and write its ``results.json``."""
+    """Run one configuration inside Hydra's job context and write its ``results.json``.
+
+    Under torchrun every process runs this; the run directory is rank 0's (the others' Hydra
+    output went to a scratch directory, see :func:`topk.distributed.worker_overrides`), and only
+    rank 0 writes in it.
+    """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     choices = hydra_cfg.runtime.choices
     record = base_record(cfg, choices)
-    check_output_dir(run_dir)
-    write_results(run_dir, record)
+    distributed = dist_setup.from_environment()
+    if distributed.is_main:
+        check_output_dir(run_dir)
+        write_results(run_dir, record)
     try:
         try:
-            run(cfg, run_dir, record, on_epoch_end=on_epoch_end)
+            distributed, device = dist_setup.setup(
+                cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device)
+            )
+            own_dir, run_dir = run_dir, Path(distributed.broadcast(str(run_dir)))
+            if own_dir != run_dir and own_dir.name.startswith(dist_setup.SCRATCH_PREFIX):
+                shutil.rmtree(own_dir, ignore_errors=True)
+            run(cfg, run_dir, record, on_epoch_end, distributed, device)
         except KeyboardInterrupt:  # before training started (fit turns later ones into RunInterrupted)
             raise RunInterrupted(0) from None
     except RunInterrupted as interruption:
         record.update(status="interrupted", error=str(interruption))
-        write_results(run_dir, record)
+        if distributed.is_main:
+            write_results(run_dir, record)
         raise
     except Exception as error:
         record.update(status="failed", error=f"{type(error).__name__}: {error}")
-        write_results(run_dir, record)
+        if distributed.is_main:
+            write_results(run_dir, record)
         raise
-    write_results(run_dir, record)
+    finally:
+        dist_setup.teardown()
+    if distributed.is_main:
+        write_results(run_dir, record)
     top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top5")}
     log.info("completed: test %s; record in %s", top, run_dir / "results.json")
     return record
@@ -258,4 +296,6 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    # Under torchrun, the processes after the first leave Hydra's files to the first.
+    sys.argv = dist_setup.worker_argv(sys.argv)
     main()

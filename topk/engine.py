@@ -8,6 +8,11 @@ TensorBoard scalars, and finally evaluates the selected model on every split.
 Resuming (``settings.resume``) restores model, optimiser, schedule, random-number state, history
 and best model from ``last.pt``; the batches of epoch ``e`` depend only on ``(seed, e)``, so a
 resumed run ends exactly where an uninterrupted one does.
+
+Several processes (``distributed``, see :mod:`topk.distributed`): each trains the
+DistributedDataParallel model on its share of every global batch; the loss, the stop requests and
+the top-k counts are summed over processes, so every process takes the same decisions and reports
+the same metrics; only rank 0 writes checkpoints, history and TensorBoard events.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from topk.data.augment import NoAugment
+from topk.distributed import SINGLE_PROCESS, Distributed
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.functional import topk_marginals
 from topk.metrics import TopKAccumulator, clip_ks
@@ -62,6 +68,7 @@ class FitResult:
     selection_metric: str
     metrics: dict[str, dict[str, float]]  # split -> metric -> value, for the selected model
     per_class: dict[str, dict[int, list]]  # split -> k -> per-class accuracy
+    samples: dict[str, int]  # split -> number of samples evaluated (over all processes)
     epoch_seconds: float | None
     history: list[dict]
 
@@ -138,16 +145,30 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups
         )
 
 
+def _global_step_loss(loss: torch.Tensor, count: int, stop, distributed: Distributed):
+    """The batch's mean loss over all processes, their sample count, and whether any process was
+    asked to stop: one scalar read per step (as torchvision's reference loop logs it), after one
+    all-reduce of three numbers when there are several processes."""
+    if not distributed.enabled:
+        return loss.item(), count, False
+    requested = float(stop is not None and stop.requested)
+    numbers = torch.stack([loss.detach().double() * count, loss.new_tensor(count, dtype=torch.float64),
+                           loss.new_tensor(requested, dtype=torch.float64)])
+    loss_sum, total, stops = distributed.sum_(numbers).tolist()
+    return loss_sum / total, int(total), stops > 0
+
+
 def train_one_epoch(
     model, loss_fn, optimizer, batches, augment, accumulator, epoch: int, stop=None,
-    precision: MixedPrecision | None = None,
+    precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
     ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
-    when each batch was seen, before the update. ``stop`` (a :class:`StopRequests`) is asked
-    after every batch whether a signal asked the run to stop. ``precision`` autocasts the
-    forward pass (``trainer.amp``); the loss always sees float32 scores.
+    when each batch was seen, before the update (this process's share; the caller sums them).
+    ``stop`` (a :class:`StopRequests`) is asked at every batch whether a signal asked the run to
+    stop (in every process at once when there are several). ``precision`` autocasts the forward
+    pass (``trainer.amp``); the loss always sees float32 scores.
     """
     precision = precision or MixedPrecision()
     model.train()
@@ -158,21 +179,23 @@ def train_one_epoch(
             scores = model(inputs)
         scores = scores.float()
         loss = loss_fn(scores, target)
-        # one scalar read per step (as torchvision's reference loop logs it): the finiteness
-        # check before the update and the running mean
-        loss_value = loss.item()
+        # checked before the update, and in every process alike (a process that raised alone
+        # would leave the others waiting in the gradient all-reduce)
+        loss_value, count, stop_everywhere = _global_step_loss(loss, len(labels), stop, distributed)
         if not math.isfinite(loss_value):
             raise NonFiniteLossError(
                 f"the training loss became {loss_value} at epoch {epoch}, batch {batch_index}; "
                 "lower optim.lr or check the data and the loss parameters."
             )
+        if stop_everywhere:
+            raise KeyboardInterrupt
         optimizer.zero_grad(set_to_none=True)
         precision.backward_and_step(loss, optimizer)
-        total_loss += loss_value * len(labels)
-        total_count += len(labels)
+        total_loss += loss_value * count
+        total_count += count
         if accumulator is not None:
             accumulator.update(scores, labels)
-        if stop is not None:
+        if stop is not None and not distributed.enabled:
             stop.raise_if_requested()
     return total_loss / max(total_count, 1)
 
@@ -194,18 +217,20 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
 @torch.inference_mode()
 def evaluate(
     model, loss_fn, batches, ks, num_classes, class_groups=None,
-    precision: MixedPrecision | None = None,
+    precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
 ) -> tuple[dict[str, float], TopKAccumulator]:
     """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard).
 
     Batches of multi-crop images (``batches.marginal_k`` set) are scored by
     :func:`multi_crop_scores`; ``class_groups`` adds ``{group}_top{k}`` accuracies; scores are
-    autocast as in training and taken in float32.
+    autocast as in training and taken in float32. With several processes each evaluates its
+    share of the split and the counts and loss sums are added up over processes (exact).
     """
     precision = precision or MixedPrecision()
     model.eval()
     marginal_k = getattr(batches, "marginal_k", None)
-    accumulator = None
+    device = next(model.parameters()).device
+    accumulator = TopKAccumulator(ks, num_classes, device)
     total_loss, total_count = 0.0, 0
     for inputs, labels in batches:
         with precision.autocast():
@@ -214,14 +239,22 @@ def evaluate(
             else:
                 scores = logits = model(inputs)
         scores, logits = scores.float(), logits.float()
-        if accumulator is None:
-            accumulator = TopKAccumulator(ks, num_classes, scores.device)
         accumulator.update(scores, labels)
         total_loss += float(loss_fn(logits, labels)) * len(labels)
         total_count += len(labels)
+    if distributed.enabled:
+        sums = distributed.sum_(torch.tensor([total_loss, total_count], dtype=torch.float64, device=device))
+        total_loss, total_count = sums.tolist()
+        sum_counts(accumulator, distributed)
     metrics = {"loss": total_loss / max(total_count, 1)}
     metrics.update(accumulator.compute(class_groups))
     return metrics, accumulator
+
+
+def sum_counts(accumulator: TopKAccumulator, distributed: Distributed) -> None:
+    """Add up every process's top-k hits and sample counts (integers: exact)."""
+    distributed.sum_(accumulator.hits)
+    distributed.sum_(accumulator.totals)
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -247,6 +280,32 @@ def load_checkpoint(path: Path) -> dict:
     return checkpoint
 
 
+def _rng_state() -> dict:
+    return {
+        "cpu": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
+
+
+def _restore_rng(checkpoint: dict, distributed: Distributed) -> None:
+    """Each process's own random-number state (the noised losses' noise, Mixup, in-memory
+    augmentation), so that processes stay independent after a resume; rank 0's state when the
+    checkpoint comes from a run with another number of processes."""
+    states = checkpoint.get("rank_rng")
+    if states is not None and len(states) == distributed.world_size:
+        state = states[distributed.rank]
+    else:
+        state = {"cpu": checkpoint["rng"], "cuda": checkpoint.get("cuda_rng")}
+        if distributed.enabled:
+            log.warning("checkpoint from a run with another number of processes: every process "
+                        "restarts from rank 0's random state, offset by its rank")
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if distributed.enabled and (states is None or len(states) != distributed.world_size):
+        torch.manual_seed(int(torch.randint(2**62, ())) + distributed.rank)
+
+
 def _is_better(value: float, best: float | None, metric: str) -> bool:
     if best is None:
         return True
@@ -267,22 +326,30 @@ def fit(
     settings: FitSettings,
     augment: Callable = NoAugment(),
     on_epoch_end: Callable[[int, dict], None] | None = None,
+    distributed: Distributed = SINGLE_PROCESS,
 ) -> FitResult:
     """Train ``model`` and return the selected epoch's metrics on every evaluated split.
 
     ``eval_batches`` maps a split name (``val``, ``test``) to its batches. ``on_epoch_end`` is
-    called with ``(epoch, history_row)`` after each epoch's record is written.
+    called with ``(epoch, history_row)`` after each epoch's record is written. With several
+    processes (``distributed``), ``model`` is the DistributedDataParallel wrapper and the batches
+    are this process's shares; ``run_dir`` is the same directory in every process.
     """
     run_dir = Path(run_dir)
     checkpoint_dir = run_dir / "checkpoints"
-    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    if distributed.is_main:
+        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    # Evaluation runs in each process on its own share, outside DDP (whose forward pass may
+    # synchronise buffers across processes that evaluate different numbers of batches).
+    eval_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     ks = clip_ks(settings.ks, num_classes)
     groups = settings.class_groups or {}
     check_selection_metric(settings.selection_metric, list(eval_batches), ks, list(groups))
     if settings.epochs < 1:
         raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
     eval_every = max(1, settings.eval_every)
-    precision = MixedPrecision(settings.amp, next(unwrap(model).parameters()).device)
+    device = next(unwrap(model).parameters()).device
+    precision = MixedPrecision(settings.amp, device)
 
     history: list[dict] = []
     start_epoch = 0
@@ -294,9 +361,7 @@ def fit(
         optimizer.load_state_dict(checkpoint["optimizer"])
         precision.load_state_dict(checkpoint.get("grad_scaler", {}))
         scheduler.load_state_dict(checkpoint["scheduler"])
-        torch.set_rng_state(checkpoint["rng"])
-        if checkpoint.get("cuda_rng") is not None and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(checkpoint["cuda_rng"])
+        _restore_rng(checkpoint, distributed)
         history = checkpoint["history"]
         start_epoch = checkpoint["epoch"]
         best_epoch, best_value = checkpoint["best_epoch"], checkpoint["best_value"]
@@ -307,10 +372,14 @@ def fit(
         log.info("trainer.resume=true but %s does not exist: training from scratch", last_path)
 
     tensorboard = None
-    if settings.tensorboard:
+    if settings.tensorboard and distributed.is_main:
         tensorboard = TensorBoardScalars(run_dir / "tb", purge_step=start_epoch + 1 if start_epoch else None)
 
     def save_checkpoints(completed_epoch: int, best_changed: bool) -> None:
+        rng = _rng_state()
+        rank_rng = distributed.gather(rng) if distributed.enabled else None  # in every process
+        if not distributed.is_main:
+            return
         if best_changed and best_state is not None:
             _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
         _atomic_save(
@@ -321,8 +390,9 @@ def fit(
                 "grad_scaler": precision.state_dict(),
                 "optimizer": optimizer.state_dict(),
                 "scheduler": scheduler.state_dict(),
-                "rng": torch.get_rng_state(),
-                "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                "rng": rng["cpu"],
+                "cuda_rng": rng["cuda"],
+                "rank_rng": rank_rng,
                 "history": history,
                 "best_epoch": best_epoch,
                 "best_value": best_value,
@@ -340,7 +410,7 @@ def fit(
         initial=start_epoch,
         total=settings.epochs,
         desc=settings.description,
-        disable=not settings.progress,
+        disable=not settings.progress or not distributed.is_main,
         unit="epoch",
         dynamic_ncols=True,
     )
@@ -353,18 +423,22 @@ def fit(
             lr = optimizer.param_groups[0]["lr"]
             evaluate_now = epoch % eval_every == 0 or epoch == settings.epochs
             train_batches.set_epoch(epoch)
-            train_accumulator = TopKAccumulator(ks, num_classes) if evaluate_now else None
+            train_accumulator = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
             train_loss = train_one_epoch(
                 model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch, stop,
-                precision,
+                precision, distributed,
             )
             scheduler.step()
+            distributed.sync_buffers(eval_model)
             row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
             if evaluate_now:
+                sum_counts(train_accumulator, distributed)
                 train_metrics = train_accumulator.compute()
                 row.update({f"train/top{k}": train_metrics[f"top{k}"] for k in ks})
                 for split, batches in eval_batches.items():
-                    metrics, _ = evaluate(model, loss_fn, batches, ks, num_classes, groups, precision)
+                    metrics, _ = evaluate(
+                        eval_model, loss_fn, batches, ks, num_classes, groups, precision, distributed
+                    )
                     row.update({f"{split}/{name}": value for name, value in metrics.items()})
             row["seconds"] = time.perf_counter() - started
             in_epoch = False
@@ -386,7 +460,8 @@ def fit(
                 progress.set_postfix({"loss": f"{train_loss:.4f}"}, refresh=False)
             if on_epoch_end is not None:
                 on_epoch_end(epoch, row)
-            stop.raise_if_requested()
+            if distributed.any(stop.requested, device):
+                raise KeyboardInterrupt
     except KeyboardInterrupt:
         # Between epochs the model is consistent with ``completed_epoch``: save it. Inside an
         # epoch it is half-updated, so the last checkpoint on disk stays the resume point.
@@ -403,21 +478,24 @@ def fit(
     if settings.selection_metric == "last" or best_state is None:
         # ``last`` keeps the final epoch; without any evaluated epoch there is nothing to select.
         best_epoch, best_state = completed_epoch, copy.deepcopy(unwrap(model).state_dict())
-    _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
+    if distributed.is_main:
+        _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
     unwrap(model).load_state_dict(best_state)
-    final_metrics, per_class = {}, {}
+    final_metrics, per_class, samples = {}, {}, {}
     for split, batches in eval_batches.items():
         metrics, accumulator = evaluate(
-            model, loss_fn, batches, ks, num_classes, groups, precision
+            eval_model, loss_fn, batches, ks, num_classes, groups, precision, distributed
         )
         final_metrics[split] = metrics
         per_class[split] = accumulator.per_class()
+        samples[split] = int(accumulator.totals.sum())
     seconds = [row["seconds"] for row in history if math.isfinite(row["seconds"])]
     return FitResult(
         best_epoch=best_epoch,
         selection_metric=settings.selection_metric,
         metrics=final_metrics,
         per_class=per_class,
+        samples=samples,
         epoch_seconds=statistics.median(seconds) if seconds else None,
         history=history,
     )

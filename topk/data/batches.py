@@ -13,6 +13,7 @@ from collections.abc import Iterator
 import torch
 
 from topk.data.splits import TensorSplit
+from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -31,6 +32,10 @@ class TensorBatches:
     The split is moved to ``device`` once. With ``shuffle``, each epoch draws a permutation from
     a generator seeded with ``(seed, epoch)``. ``transform`` (e.g. crop, flip and normalisation
     from :mod:`topk.data.transforms`) is applied to each batch of inputs on the device.
+
+    Under ``distributed`` training (several processes) ``batch_size`` is the global batch: this
+    process iterates over its share of it (:func:`topk.distributed.shard_order`; ``pad`` for
+    training, so that every process takes as many steps).
     """
 
     def __init__(
@@ -41,6 +46,8 @@ class TensorBatches:
         seed: int = 0,
         device: torch.device | str = "cpu",
         transform=None,
+        distributed: Distributed = SINGLE_PROCESS,
+        pad: bool = False,
     ):
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer or null, got {batch_size}")
@@ -51,6 +58,8 @@ class TensorBatches:
         self.seed = seed
         self.epoch = 0
         self.transform = transform
+        self.distributed = distributed
+        self.pad = pad
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -58,7 +67,8 @@ class TensorBatches:
     def __len__(self) -> int:
         if self.batch_size is None:
             return 1
-        return -(-len(self.y) // self.batch_size)
+        local_size = len(shard_order(torch.arange(len(self.y)), self.distributed, self.pad))
+        return -(-local_size // local_batch_size(self.batch_size, self.distributed))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         for inputs, labels in self._batches():
@@ -66,14 +76,18 @@ class TensorBatches:
 
     def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.y)
-        if self.batch_size is None or self.batch_size >= n:
-            if not self.shuffle:
-                yield self.x, self.y
-                return
         order = None
         if self.shuffle:
-            order = epoch_permutation(n, self.seed, self.epoch).to(self.x.device)
-        step = n if self.batch_size is None else self.batch_size
+            order = epoch_permutation(n, self.seed, self.epoch)
+        if self.distributed.enabled:
+            order = shard_order(torch.arange(n) if order is None else order, self.distributed, self.pad)
+            n = len(order)
+        elif order is None and (self.batch_size is None or self.batch_size >= n):
+            yield self.x, self.y
+            return
+        if order is not None:
+            order = order.to(self.x.device)
+        step = local_batch_size(self.batch_size, self.distributed) or n
         for start in range(0, n, step):
             if order is None:
                 yield self.x[start : start + step], self.y[start : start + step]

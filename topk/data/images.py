@@ -30,6 +30,7 @@ from tqdm import tqdm
 
 from topk.data.batches import epoch_permutation, epoch_seed
 from topk.data.splits import DataSplits
+from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order
 from topk.errors import ConfigError, DataError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -180,18 +181,24 @@ class EpochSampler(Sampler):
 
     With ``shuffle`` the order is a permutation drawn from ``(seed, epoch)`` as in
     :class:`topk.data.TensorBatches` (:func:`topk.data.batches.epoch_permutation`); the sample
-    seed mixes ``(seed, epoch, index)``.
+    seed mixes ``(seed, epoch, index)``, so a sample is cropped alike whichever process loads it.
+    Under ``distributed`` training this process takes its share of the order
+    (:func:`topk.distributed.shard_order`, padded for training as torch's ``DistributedSampler``
+    pads; the order itself stays the single-process one, which torch's sampler would not keep).
     """
 
-    def __init__(self, size: int, shuffle: bool, seed: int):
+    def __init__(self, size: int, shuffle: bool, seed: int, distributed: Distributed = SINGLE_PROCESS,
+                 pad: bool = False):
         self.size, self.shuffle, self.seed = size, shuffle, seed
+        self.distributed, self.pad = distributed, pad
         self.epoch = 0
 
     def __len__(self) -> int:
-        return self.size
+        return len(shard_order(torch.arange(self.size), self.distributed, self.pad))
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = epoch_permutation(self.size, self.seed, self.epoch) if self.shuffle else torch.arange(self.size)
+        order = shard_order(order, self.distributed, self.pad)
         sample_seeds = epoch_seed(self.seed, self.epoch) * 10_000_019
         for index in order.tolist():
             yield index, (sample_seeds + index) % (2**63 - 1)
@@ -203,7 +210,8 @@ class ImageBatches:
     ``image_transform`` runs per image in ``num_workers`` worker processes; ``device_transform``
     (normalisation, Cutout) runs per batch on the device. ``marginal_k`` is set for ten-crop
     test batches ``[B, 10, C, H, W]``: the engine then ranks classes by the crops' mean top-k
-    marginal probabilities (:func:`topk.functional.topk_marginals`).
+    marginal probabilities (:func:`topk.functional.topk_marginals`). Under ``distributed``
+    training ``batch_size`` is the global batch, of which this process loads its share.
     """
 
     def __init__(
@@ -217,6 +225,8 @@ class ImageBatches:
         device_transform=None,
         num_workers: int = 0,
         marginal_k: int | None = None,
+        distributed: Distributed = SINGLE_PROCESS,
+        pad: bool = False,
     ):
         if batch_size is None:
             raise ConfigError(
@@ -224,12 +234,12 @@ class ImageBatches:
                 "(null, one batch of the whole split, is for in-memory data); set e.g. 64."
             )
         self.device = torch.device(device)
-        self.sampler = EpochSampler(len(split), shuffle, seed)
+        self.sampler = EpochSampler(len(split), shuffle, seed, distributed, pad)
         self.device_transform = device_transform
         self.marginal_k = marginal_k
         self.loader = DataLoader(
             ImageFileDataset(split, image_transform or v2.PILToTensor()),
-            batch_size=batch_size,
+            batch_size=local_batch_size(batch_size, distributed),
             sampler=self.sampler,
             num_workers=num_workers,
             pin_memory=self.device.type == "cuda",

@@ -1,0 +1,185 @@
+"""Data-parallel training: shares of the batches, and torchrun runs (2 processes, gloo, CPU)
+whose records equal a single process's."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from image_data import write_folder_split
+
+from conftest import ROOT, run_cli
+from topk.data.batches import TensorBatches
+from topk.data.images import EpochSampler
+from topk.data.splits import TensorSplit
+from topk.distributed import Distributed, check_global_batch, shard_order, worker_argv
+from topk.errors import ConfigError
+
+
+def processes(world_size):
+    return [Distributed(rank=rank, world_size=world_size) for rank in range(world_size)]
+
+
+@pytest.mark.parametrize("size,world_size", [(10, 2), (11, 2), (7, 3), (2, 4)])
+def test_evaluation_shares_count_every_sample_once(size, world_size):
+    order = torch.arange(size)
+    shares = [shard_order(order, context, pad=False) for context in processes(world_size)]
+    assert sorted(torch.cat(shares).tolist()) == list(range(size))
+
+
+@pytest.mark.parametrize("size,world_size", [(10, 2), (11, 2), (7, 3), (2, 4)])
+def test_training_shares_are_padded_to_equal_length_with_the_first_samples(size, world_size):
+    order = torch.randperm(size)
+    shares = [shard_order(order, context, pad=True) for context in processes(world_size)]
+    assert len({len(share) for share in shares}) == 1
+    taken = torch.stack(shares, dim=1).flatten()  # back in global order
+    padded = -size % world_size
+    assert taken.tolist() == order.tolist() + order[:padded].tolist()
+
+
+def test_each_process_trains_on_its_share_of_the_single_process_global_batch():
+    split = TensorSplit(torch.arange(40.0)[:, None], torch.arange(40) % 4)
+    single = TensorBatches(split, batch_size=8, shuffle=True, seed=3)
+    shared = [TensorBatches(split, batch_size=8, shuffle=True, seed=3, distributed=context, pad=True)
+              for context in processes(2)]
+    for epoch in (1, 2):
+        for batches in [single, *shared]:
+            batches.set_epoch(epoch)
+        global_batches = [set(inputs[:, 0].tolist()) for inputs, _ in single]
+        local = [[inputs[:, 0].tolist() for inputs, _ in batches] for batches in shared]
+        assert len(local[0]) == len(local[1]) == len(global_batches) == len(shared[0])
+        for index, expected in enumerate(global_batches):
+            assert len(local[0][index]) == len(local[1][index]) == 4
+            assert set(local[0][index]) | set(local[1][index]) == expected
+
+
+def test_image_sampler_shares_keep_each_sample_seed():
+    single = list(EpochSampler(9, shuffle=True, seed=1))
+    shared = [list(EpochSampler(9, shuffle=True, seed=1, distributed=context, pad=True))
+              for context in processes(2)]
+    assert len(shared[0]) == len(shared[1]) == 5
+    assert set(shared[0]) | set(shared[1]) == set(single)  # same (index, seed) pairs, one repeat
+
+
+def test_global_batch_must_divide_over_the_processes():
+    check_global_batch(None, Distributed(0, 2))
+    check_global_batch(64, Distributed(0, 2))
+    with pytest.raises(ConfigError, match="batch_size=63 is the global batch.*multiple of 2"):
+        check_global_batch(63, Distributed(1, 2))
+
+
+def test_processes_after_the_first_leave_hydra_output_to_rank_0(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    argv = ["train.py", "hydra.run.dir=outputs/x", "loss=ce"]
+    assert worker_argv(argv) == argv
+    monkeypatch.setenv("RANK", "1")
+    rewritten = worker_argv(argv)
+    assert "hydra.run.dir=outputs/x" not in rewritten and "loss=ce" in rewritten
+    scratch = Path(next(a for a in rewritten if a.startswith("hydra.run.dir=")).split("=", 1)[1])
+    assert scratch.is_dir() and "hydra/job_logging=stdout" in rewritten
+    scratch.rmdir()
+
+
+# ---- torchrun runs ----------------------------------------------------------------------------
+
+CIRCLES = ["trainer.epochs=6", "trainer.batch_size=60", "optim=sgd", "optim.lr=0.1", "trainer.progress=false"]
+
+
+def torchrun(args, processes=2, timeout=300):
+    """``torchrun --standalone --nproc_per_node=N train.py ARGS`` started in its own session."""
+    env = dict(os.environ)
+    env.pop("HYDRA_FULL_ERROR", None)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+               f"--nproc_per_node={processes}", str(ROOT / "train.py"), *args]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
+def finished(process, timeout=300):
+    output, _ = process.communicate(timeout=timeout)
+    return process.returncode, output
+
+
+def record(run_dir: Path) -> dict:
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def assert_same_test_metrics(got: dict, expected: dict):
+    assert set(got) == set(expected)
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-5, abs=1e-6), name
+
+
+def single_process(run_dir, overrides):
+    result = run_cli([*overrides, "trainer.num_threads=1", f"hydra.run.dir={run_dir}"])
+    assert result.returncode == 0, result.stderr[-2000:]
+    return record(run_dir)
+
+
+def test_torchrun_on_circles_equals_one_process_and_resumes_after_a_kill(tmp_path):
+    expected = single_process(tmp_path / "one", CIRCLES)
+
+    returncode, output = finished(torchrun([*CIRCLES, f"hydra.run.dir={tmp_path / 'two'}"]))
+    assert returncode == 0, output[-3000:]
+    two = record(tmp_path / "two")
+    assert two["status"] == "completed" and two["processes"] == 2
+    assert two["samples"] == {"test": 1800}  # every test sample once, over both processes
+    assert_same_test_metrics(two["test"], expected["test"])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["one", "two"]  # nothing from rank 1
+
+    # SIGTERM to torchrun once the first epoch is saved; torchrun passes it on to both processes,
+    # which stop together at the next batch. Resuming finishes with the same numbers.
+    long = [*CIRCLES, "trainer.epochs=40"]
+    killed = tmp_path / "killed"
+    process = torchrun([*long, f"hydra.run.dir={killed}"])
+    deadline = time.monotonic() + 120
+    while not (killed / "checkpoints" / "last.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGTERM)
+    returncode, output = finished(process)
+    assert returncode != 0
+    interrupted = record(killed)
+    assert interrupted["status"] == "interrupted", output[-3000:]
+    returncode, output = finished(torchrun([*long, "trainer.resume=true", f"hydra.run.dir={killed}"]))
+    assert returncode == 0, output[-3000:]
+    resumed = record(killed)
+    assert resumed["status"] == "completed"
+    assert "resumed from" in output
+    uninterrupted = single_process(tmp_path / "long", long)
+    assert_same_test_metrics(resumed["test"], uninterrupted["test"])
+
+
+def write_plantnet_with_even_training_split(root: Path) -> Path:
+    """Pl@ntNet's layout with 22 training images (11 global batches of 2 split evenly over two
+    processes, so that both runs see the same batches), 10 validation and 15 test images."""
+    species = [str(1355868 + 13 * index) for index in range(5)]
+    images = root / "images"
+    write_folder_split(images / "train", {s: [c] * n for c, (s, n) in enumerate(zip(species, (9, 5, 3, 3, 2)))},
+                       species)
+    write_folder_split(images / "val", {s: [c, c] for c, s in enumerate(species)}, species)
+    write_folder_split(images / "test", {s: [c] * 3 for c, s in enumerate(species)}, species)
+    (root / "plantnet300K_species_id_2_name.json").write_text(json.dumps({s: s for s in species}))
+    return root
+
+
+def test_torchrun_on_image_files_equals_one_process(tmp_path):
+    root = write_plantnet_with_even_training_split(tmp_path / "plantnet")
+    overrides = ["dataset=plantnet", f"dataset.root={root}", "dataset.image_size=8", "dataset.resize_size=10",
+                 "model=mlp", "model.pretrained=false", "loss=noised_bal", "loss.epsilon=0", "k=2",
+                 "trainer.epochs=2", "trainer.batch_size=2", "trainer.eval_batch_size=4", "trainer.num_workers=0",
+                 "optim.lr=0.01", "trainer.progress=false"]
+    expected = single_process(tmp_path / "one", overrides)
+    returncode, output = finished(torchrun([*overrides, f"hydra.run.dir={tmp_path / 'two'}"]))
+    assert returncode == 0, output[-3000:]
+    two = record(tmp_path / "two")
+    assert two["samples"] == expected["samples"] == {"val": 10, "test": 15}
+    assert_same_test_metrics(two["test"], expected["test"])
+    assert two["val"] == pytest.approx(expected["val"], rel=1e-5, abs=1e-6)

@@ -1,0 +1,172 @@
+"""Data-parallel training over several processes with torch's own distributed engine.
+
+``torchrun --nproc_per_node=N train.py ...`` starts N processes with ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` and a rendezvous address in their environment; :func:`setup` joins them into one
+process group, the model is wrapped in ``DistributedDataParallel`` (gradients averaged across
+processes after every backward pass), and the engine asks a :class:`Distributed` for the few
+collective operations it needs. Without torchrun everything here is a no-op (one process).
+
+Batches (``topk.data``): ``trainer.batch_size`` is the **global** batch, as in the papers. Every
+process draws the same permutation of epoch ``e`` from ``(seed, e)``, pads it to a multiple of N
+by repeating its first samples (as torch's ``DistributedSampler`` does, so at most N - 1 repeats
+per epoch), and takes every N-th sample from position ``rank`` in batches of ``batch_size / N``:
+its batch ``b`` is its share of the global batch ``b`` a single process would see. Evaluation
+splits are shared without padding (every sample counted once) and their counts summed exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from topk.errors import ConfigError
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclass(frozen=True)
+class Distributed:
+    """This process's place among the training processes (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 writes the run record, TensorBoard events and checkpoints."""
+        return self.rank == 0
+
+    def sum_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` summed over all processes, in place (exact for integer counts)."""
+        if self.enabled:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def any(self, flag: bool, device: torch.device | str = "cpu") -> bool:
+        """Whether ``flag`` is true in any process (every process must call it)."""
+        if not self.enabled:
+            return flag
+        return bool(self.sum_(torch.tensor([float(flag)], device=device)).item() > 0)
+
+    def broadcast(self, value):
+        """Rank 0's ``value`` (any picklable object), in every process."""
+        if not self.enabled:
+            return value
+        holder = [value]
+        dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def gather(self, value) -> list:
+        """Every process's ``value``, in rank order (every process gets the list)."""
+        if not self.enabled:
+            return [value]
+        values = [None] * self.world_size
+        dist.all_gather_object(values, value)
+        return values
+
+    def sync_buffers(self, model: torch.nn.Module) -> None:
+        """Copy rank 0's buffers (batch-norm running statistics) to every process, so that all
+        evaluate the model rank 0 saves: each process updates them on its own share of a batch."""
+        if self.enabled:
+            for buffer in model.buffers():
+                dist.broadcast(buffer.data, src=0)
+
+
+SINGLE_PROCESS = Distributed()
+
+
+def from_environment() -> Distributed:
+    """Rank and world size that torchrun put in the environment (one process without it)."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return SINGLE_PROCESS
+    return Distributed(
+        rank=int(os.environ["RANK"]), world_size=world_size, local_rank=int(os.environ.get("LOCAL_RANK", "0"))
+    )
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    """``auto``: NCCL for processes on CUDA devices, gloo on CPUs."""
+    if name not in BACKENDS:
+        raise ConfigError(f"trainer.distributed_backend={name!r} is not one of {', '.join(BACKENDS)}.")
+    if name == "auto":
+        return "nccl" if device.type == "cuda" else "gloo"
+    return name
+
+
+def setup(backend: str, device: torch.device) -> tuple[Distributed, torch.device]:
+    """Join the process group torchrun set up (when there is one); returns this process's
+    :class:`Distributed` and its device (``cuda:LOCAL_RANK`` on GPUs: one device per process)."""
+    context = from_environment()
+    if not context.enabled:
+        return context, device
+    if device.type == "cuda":
+        device = torch.device("cuda", context.local_rank)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=resolve_backend(backend, device))
+    return context, device
+
+
+def teardown() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def check_global_batch(batch_size: int | None, context: Distributed) -> None:
+    """A global batch must split evenly over the processes (each then sees ``batch_size / N``)."""
+    if batch_size is not None and batch_size % context.world_size:
+        raise ConfigError(
+            f"trainer.batch_size={batch_size} is the global batch and must be divisible by the "
+            f"{context.world_size} processes; use a multiple of {context.world_size}."
+        )
+
+
+def shard_order(order: torch.Tensor, context: Distributed, pad: bool) -> torch.Tensor:
+    """This process's share of a global order of samples: every N-th from position ``rank``.
+
+    With ``pad`` (training) the order is first extended with its own first samples to a multiple
+    of N, so that every process gets as many samples (DDP needs the same number of steps
+    everywhere); without it (evaluation) every sample goes to exactly one process.
+    """
+    if not context.enabled:
+        return order
+    if pad:
+        missing = -len(order) % context.world_size
+        order = torch.cat([order, order[:missing]])
+    return order[context.rank :: context.world_size]
+
+
+def local_batch_size(batch_size: int | None, context: Distributed) -> int | None:
+    """Samples per process per step for a global ``batch_size`` (rounded up for evaluation)."""
+    if batch_size is None:
+        return None
+    return -(-batch_size // context.world_size)
+
+
+SCRATCH_PREFIX = "topk_rank"
+_HYDRA_OUTPUT_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.output_subdir=", "hydra/job_logging=")
+
+
+def worker_argv(argv: list[str]) -> list[str]:
+    """The command line of a process torchrun started after the first: its Hydra output
+    (configuration copy, log file) goes to an empty scratch directory instead of the run
+    directory, and its log to the console. The run directory is rank 0's, which ``train.py``
+    broadcasts; other processes never write in it. Unchanged for rank 0 and without torchrun."""
+    context = from_environment()
+    if not context.enabled or context.is_main:
+        return argv
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{context.rank}_")
+    kept = [arg for arg in argv if not arg.lstrip("+~").startswith(_HYDRA_OUTPUT_KEYS)]
+    return kept + [f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
+                   "hydra/job_logging=stdout"]
