@@ -400,6 +400,8 @@ def fit(
             last_path,
         )
         write_history(run_dir, history)
+        if tensorboard is not None:
+            tensorboard.flush()
 
     completed_epoch = start_epoch
     saved_epoch = start_epoch

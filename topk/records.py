@@ -112,21 +112,38 @@ class TensorBoardScalars:
     """TensorBoard event file with one event per epoch holding all of that epoch's scalars.
 
     One event with many values is what ``SummaryWriter.add_scalar`` would write as many events;
-    grouping them keeps a 1,000-epoch run's logging cost small. ``purge_step`` (on resume)
-    tells TensorBoard to drop the events a previous session wrote from that step on.
+    grouping them keeps a 1,000-epoch run's logging cost small. Events are written in the
+    calling thread through TensorBoard's own ``RecordWriter`` and protocol buffers, and flushed
+    to disk at most every ``flush_seconds`` (and by :meth:`flush` and :meth:`close`): torch's
+    ``SummaryWriter`` hands each event to a background thread through a 10-slot queue, which on
+    S20's 5 ms circles epochs cost 0.35 ms per epoch against 0.03 ms here (GIL hand-overs).
+    ``purge_step`` (on resume) tells TensorBoard to drop the events a previous session wrote from
+    that step on.
     """
 
-    def __init__(self, log_dir: Path, purge_step: int | None = None):
+    def __init__(self, log_dir: Path, purge_step: int | None = None, flush_seconds: float = 10.0):
+        import socket
+        import time
+
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
-        from torch.utils.tensorboard.writer import FileWriter
+        from tensorboard.summary.writer.record_writer import RecordWriter
 
-        self._event, self._summary = Event, Summary
-        self._writer = FileWriter(str(log_dir))
+        self._event, self._summary, self._clock = Event, Summary, time.time
+        log_dir = Path(log_dir)
+        log_dir.mkdir(parents=True, exist_ok=True)
+        # the file name TensorBoard looks for: events.out.tfevents.<time>.<host>.<pid>.<n>
+        name = f"events.out.tfevents.{int(self._clock()):010d}.{socket.gethostname()}.{os.getpid()}.0"
+        self._file = open(log_dir / name, "wb")  # noqa: SIM115 (closed in close())
+        self._records = RecordWriter(self._file)
+        self._add(Event(wall_time=self._clock(), file_version="brain.Event:2"))
         if purge_step is not None:
-            self._writer.add_event(
-                Event(step=purge_step, session_log=SessionLog(status=SessionLog.START))
-            )
+            self._add(Event(wall_time=self._clock(), step=purge_step, session_log=SessionLog(status=SessionLog.START)))
+        self.flush_seconds = flush_seconds
+        self.flush()
+
+    def _add(self, event) -> None:
+        self._records.write(event.SerializeToString())
 
     def write(self, step: int, scalars: Mapping[str, float]) -> None:
         values = [
@@ -134,11 +151,18 @@ class TensorBoardScalars:
             for name, value in scalars.items()
             if isinstance(value, (int, float))
         ]
-        self._writer.add_summary(self._summary(value=values), step)
+        self._add(self._event(wall_time=self._clock(), step=step, summary=self._summary(value=values)))
+        if self._clock() - self._flushed >= self.flush_seconds:
+            self.flush()
+
+    def flush(self) -> None:
+        self._records.flush()
+        self._flushed = self._clock()
 
     def close(self) -> None:
-        self._writer.flush()
-        self._writer.close()
+        if not self._file.closed:
+            self.flush()
+            self._records.close()
 
 
 def latest_sweep_dir(outputs: Path, experiment: str) -> Path:
