@@ -182,7 +182,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     if distributed.enabled:  # every process starts from rank 0's weights; gradients are averaged
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         # independent noise (noised losses), Mixup and augmentation draws in each process
-        seed_everything(int(cfg.seed) * 1_000_003 + 7_919 * (distributed.rank + 1))
+        seed_everything(dist_setup.process_seed(int(cfg.seed), distributed))
     loss_fn.to(device)
     optimizer = build(cfg.optim)(model.parameters())
     scheduler = build(cfg.schedule)(optimizer)

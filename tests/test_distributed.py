@@ -19,7 +19,7 @@ from conftest import ROOT, run_cli
 from topk.data.batches import TensorBatches
 from topk.data.images import EpochSampler
 from topk.data.splits import TensorSplit
-from topk.distributed import Distributed, check_global_batch, shard_order, worker_argv
+from topk.distributed import Distributed, check_global_batch, process_seed, shard_order, worker_argv
 from topk.errors import ConfigError
 
 
@@ -66,6 +66,15 @@ def test_image_sampler_shares_keep_each_sample_seed():
               for context in processes(2)]
     assert len(shared[0]) == len(shared[1]) == 5
     assert set(shared[0]) | set(shared[1]) == set(single)  # same (index, seed) pairs, one repeat
+
+
+def test_every_process_draws_its_own_noise():
+    draws = []
+    for context in processes(4):
+        torch.manual_seed(process_seed(0, context))
+        draws.append(torch.randn(8))
+    assert len({tuple(draw.tolist()) for draw in draws}) == 4
+    assert process_seed(0, Distributed(1, 4)) == process_seed(0, Distributed(1, 4))
 
 
 def test_global_batch_must_divide_over_the_processes():

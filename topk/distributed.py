@@ -83,6 +83,13 @@ class Distributed:
 SINGLE_PROCESS = Distributed()
 
 
+def process_seed(seed: int, context: Distributed) -> int:
+    """The seed of this process's random draws during training (noise of the noised losses,
+    Mixup, in-memory augmentation): different in every process, so that N processes draw N
+    independent noise samples, as one process with the global batch would."""
+    return seed * 1_000_003 + 7_919 * (context.rank + 1)
+
+
 def from_environment() -> Distributed:
     """Rank and world size that torchrun put in the environment (one process without it)."""
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

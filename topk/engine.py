@@ -147,10 +147,7 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups
 
 def _global_step_loss(loss: torch.Tensor, count: int, stop, distributed: Distributed):
     """The batch's mean loss over all processes, their sample count, and whether any process was
-    asked to stop: one scalar read per step (as torchvision's reference loop logs it), after one
-    all-reduce of three numbers when there are several processes."""
-    if not distributed.enabled:
-        return loss.item(), count, False
+    asked to stop, from one all-reduce of three numbers."""
     requested = float(stop is not None and stop.requested)
     numbers = torch.stack([loss.detach().double() * count, loss.new_tensor(count, dtype=torch.float64),
                            loss.new_tensor(requested, dtype=torch.float64)])
@@ -171,17 +168,23 @@ def train_one_epoch(
     pass (``trainer.amp``); the loss always sees float32 scores.
     """
     precision = precision or MixedPrecision()
+    several_processes = distributed.enabled
     model.train()
     total_loss, total_count = 0.0, 0
     for batch_index, (inputs, labels) in enumerate(batches):
         inputs, target = augment(inputs, labels)
         with precision.autocast():
             scores = model(inputs)
-        scores = scores.float()
+        if scores.dtype != torch.float32:
+            scores = scores.float()
         loss = loss_fn(scores, target)
-        # checked before the update, and in every process alike (a process that raised alone
-        # would leave the others waiting in the gradient all-reduce)
-        loss_value, count, stop_everywhere = _global_step_loss(loss, len(labels), stop, distributed)
+        # One scalar read per step (as torchvision's reference loop logs it), checked before the
+        # update; with several processes it is their global batch's loss, so that all of them
+        # stop alike (a process that raised alone would leave the others waiting).
+        if several_processes:
+            loss_value, count, stop_everywhere = _global_step_loss(loss, len(labels), stop, distributed)
+        else:
+            loss_value, count, stop_everywhere = loss.item(), len(labels), False
         if not math.isfinite(loss_value):
             raise NonFiniteLossError(
                 f"the training loss became {loss_value} at epoch {epoch}, batch {batch_index}; "
@@ -195,7 +198,7 @@ def train_one_epoch(
         total_count += count
         if accumulator is not None:
             accumulator.update(scores, labels)
-        if stop is not None and not distributed.enabled:
+        if stop is not None and not several_processes:
             stop.raise_if_requested()
     return total_loss / max(total_count, 1)
 
@@ -289,20 +292,16 @@ def _rng_state() -> dict:
 
 def _restore_rng(checkpoint: dict, distributed: Distributed) -> None:
     """Each process's own random-number state (the noised losses' noise, Mixup, in-memory
-    augmentation), so that processes stay independent after a resume; rank 0's state when the
-    checkpoint comes from a run with another number of processes."""
+    augmentation), so that processes stay independent after a resume. A checkpoint written by
+    another number of processes gives rank 0's state to all, then a draw offset by the rank."""
     states = checkpoint.get("rank_rng")
-    if states is not None and len(states) == distributed.world_size:
-        state = states[distributed.rank]
-    else:
-        state = {"cpu": checkpoint["rng"], "cuda": checkpoint.get("cuda_rng")}
-        if distributed.enabled:
-            log.warning("checkpoint from a run with another number of processes: every process "
-                        "restarts from rank 0's random state, offset by its rank")
+    same_processes = states is not None and len(states) == distributed.world_size
+    state = states[distributed.rank] if same_processes else {"cpu": checkpoint["rng"], "cuda": checkpoint.get("cuda_rng")}
     torch.set_rng_state(state["cpu"])
     if state["cuda"] is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-    if distributed.enabled and (states is None or len(states) != distributed.world_size):
+    if distributed.enabled and not same_processes:
+        log.warning("checkpoint written by another number of processes: random states restart from rank 0's")
         torch.manual_seed(int(torch.randint(2**62, ())) + distributed.rank)
 
 

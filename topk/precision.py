@@ -18,6 +18,9 @@ from topk.errors import ConfigError
 AMP_DTYPES = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+_NO_AUTOCAST = contextlib.nullcontext()  # reusable: it holds no state
+
+
 class MixedPrecision:
     """``trainer.amp=off|bf16|fp16`` on ``device``: the forward pass's autocast and the
     backward/step (with loss scaling for fp16)."""
@@ -33,7 +36,7 @@ class MixedPrecision:
 
     def autocast(self):
         if self.dtype is None:  # entering a disabled autocast still costs tens of microseconds
-            return contextlib.nullcontext()
+            return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self.dtype)
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
