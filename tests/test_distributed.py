@@ -15,7 +15,7 @@ import pytest
 import torch
 from image_data import write_folder_split
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, compose_config, run_cli
 from topk.data.batches import TensorBatches
 from topk.data.images import EpochSampler
 from topk.data.splits import TensorSplit
@@ -95,6 +95,16 @@ def test_processes_after_the_first_leave_hydra_output_to_rank_0(monkeypatch):
     scratch = Path(next(a for a in rewritten if a.startswith("hydra.run.dir=")).split("=", 1)[1])
     assert scratch.is_dir() and "hydra/job_logging=stdout" in rewritten
     scratch.rmdir()
+
+
+def test_readme_torchrun_commands_compose_with_a_global_batch_for_two_processes():
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("torchrun ")]
+    assert len(lines) == 2
+    for line in lines:
+        words = line.split("#")[0].split()
+        cfg = compose_config(words[words.index("train.py") + 1 :])
+        check_global_batch(cfg.trainer.batch_size, Distributed(0, 2))
+        assert cfg.trainer.distributed_backend == "auto"
 
 
 # ---- torchrun runs ----------------------------------------------------------------------------
