@@ -115,8 +115,9 @@ class TensorBoardScalars:
     grouping them keeps a 1,000-epoch run's logging cost small. Events are written in the
     calling thread through TensorBoard's own ``RecordWriter`` and protocol buffers, and flushed
     to disk at most every ``flush_seconds`` (and by :meth:`flush` and :meth:`close`): torch's
-    ``SummaryWriter`` hands each event to a background thread through a 10-slot queue, which on
-    S20's 5 ms circles epochs cost 0.35 ms per epoch against 0.03 ms here (GIL hand-overs).
+    ``SummaryWriter`` hands each event to a background thread through a 10-slot queue, measured
+    here at 63 µs per row alone and about 0.35 ms per epoch inside S20's 5 ms circles epochs (GIL
+    hand-overs), against 26 µs per row written in the calling thread.
     ``purge_step`` (on resume) tells TensorBoard to drop the events a previous session wrote from
     that step on.
     """
