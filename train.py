@@ -235,7 +235,7 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``.
 
     Under torchrun every process runs this; the run directory is rank 0's (the others' Hydra
-    output went to a scratch directory, see :func:`topk.distributed.worker_overrides`), and only
+    output went to a scratch directory, see :func:`topk.distributed.worker_argv`), and only
     rank 0 writes in it.
     """
     hydra_cfg = HydraConfig.get()

@@ -152,6 +152,13 @@ def shard_order(order: torch.Tensor, context: Distributed, pad: bool) -> torch.T
     return order[context.rank :: context.world_size]
 
 
+def shard_size(size: int, context: Distributed, pad: bool) -> int:
+    """``len(shard_order(order, context, pad))`` for an order of ``size`` samples."""
+    if pad:
+        return -(-size // context.world_size)
+    return len(range(context.rank, size, context.world_size))
+
+
 def local_batch_size(batch_size: int | None, context: Distributed) -> int | None:
     """Samples per process per step for a global ``batch_size`` (rounded up for evaluation)."""
     if batch_size is None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import torch
 
 from topk.data.splits import TensorSplit
-from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order
+from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order, shard_size
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
@@ -67,7 +67,7 @@ class TensorBatches:
     def __len__(self) -> int:
         if self.batch_size is None:
             return 1
-        local_size = len(shard_order(torch.arange(len(self.y)), self.distributed, self.pad))
+        local_size = shard_size(len(self.y), self.distributed, self.pad)
         return -(-local_size // local_batch_size(self.batch_size, self.distributed))
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:

@@ -30,7 +30,7 @@ from tqdm import tqdm
 
 from topk.data.batches import epoch_permutation, epoch_seed
 from topk.data.splits import DataSplits
-from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order
+from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order, shard_size
 from topk.errors import ConfigError, DataError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -194,7 +194,7 @@ class EpochSampler(Sampler):
         self.epoch = 0
 
     def __len__(self) -> int:
-        return len(shard_order(torch.arange(self.size), self.distributed, self.pad))
+        return shard_size(self.size, self.distributed, self.pad)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
         order = epoch_permutation(self.size, self.seed, self.epoch) if self.shuffle else torch.arange(self.size)

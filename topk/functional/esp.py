@@ -107,12 +107,10 @@ class _PolynomialProducts(torch.autograd.Function):
     def forward(ctx, coefficients: torch.Tensor, k: int, linear: bool):
         ctx.degree_in = coefficients.shape[0] - 1
         ctx.degree_out = min(2 * ctx.degree_in, k)
-        ctx.linear = linear and _PolynomialProducts._linear_forward(ctx, coefficients)
+        products = _PolynomialProducts._linear_forward(ctx, coefficients) if linear else None
+        ctx.linear = products is not None
         if not ctx.linear:
             products = _PolynomialProducts._log_forward(ctx, coefficients)
-        else:
-            products = ctx.products
-            del ctx.products
         used_linear = torch.tensor(ctx.linear)
         ctx.mark_non_differentiable(used_linear)
         return products, used_linear
@@ -158,8 +156,9 @@ class _PolynomialProducts(torch.autograd.Function):
         return torch.cat([grad_a, grad_b_reversed.flip(0)], dim=-1)
 
     @staticmethod
-    def _linear_forward(ctx, coefficients: torch.Tensor) -> bool:
-        """Sets ``ctx.products`` and saves ``m, n, C`` when the level is trusted; returns whether it is."""
+    def _linear_forward(ctx, coefficients: torch.Tensor) -> torch.Tensor | None:
+        """The level's log-coefficients, saving ``m, n, C`` for the backward, or ``None`` when
+        underflow makes the linear-space result untrustworthy."""
         degree_in, degree_out = ctx.degree_in, ctx.degree_out
         half = coefficients.shape[-1] // 2
         a, b = coefficients[..., :half], coefficients[..., half:]
@@ -171,9 +170,9 @@ class _PolynomialProducts(torch.autograd.Function):
         slope = (a.gather(0, top_a) + b.gather(0, top_b)) / top.clamp(min=1)
         ramp = slope * torch.arange(degree_in + 1, dtype=a.dtype, device=a.device).view(-1, 1, 1)
         a_flat, b_flat = a - ramp, b - ramp
-        shift = a_flat.amax(0, keepdim=True) + b_flat.amax(0, keepdim=True)
-        m = a_flat.sub_(a_flat.amax(0, keepdim=True)).exp_()
-        n = b_flat.sub_(b_flat.amax(0, keepdim=True)).exp_()
+        a_peak, b_peak = a_flat.amax(0, keepdim=True), b_flat.amax(0, keepdim=True)
+        m = a_flat.sub_(a_peak).exp_()
+        n = b_flat.sub_(b_peak).exp_()
         scaled = coefficients.new_zeros((degree_out + 1,) + a.shape[1:])
         for i in range(min(degree_in, degree_out) + 1):
             last = min(degree_in, degree_out - i)
@@ -181,12 +180,11 @@ class _PolynomialProducts(torch.autograd.Function):
         degrees_out = torch.arange(degree_out + 1, device=a.device).view(-1, 1, 1)
         nonzero = degrees_out <= top
         if not bool(((scaled >= _TRUSTED_MINIMUM[a.dtype]) | ~nonzero).all()):
-            return False
-        products = scaled.log().add_(shift).add_(slope * degrees_out).clamp_(min=LOG_ZERO)
+            return None
+        products = scaled.log().add_(a_peak + b_peak).add_(slope * degrees_out).clamp_(min=LOG_ZERO)
         products[0] = 0
-        ctx.products = products
         ctx.save_for_backward(m, n, scaled)
-        return True
+        return products
 
     @staticmethod
     def _linear_backward(ctx, grad_products: torch.Tensor) -> torch.Tensor:
