@@ -10,6 +10,7 @@ float16 gradients go through a ``GradScaler``; bfloat16 needs none.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 import torch
 
@@ -38,6 +39,19 @@ class MixedPrecision:
         if self.dtype is None:  # entering a disabled autocast still costs tens of microseconds
             return _NO_AUTOCAST
         return torch.autocast(self.device_type, dtype=self.dtype)
+
+    def forward(self, model: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+        """``model``'s forward pass as training calls it: the model itself when autocast is off
+        (no context entered per batch), else the model under autocast with its scores cast back
+        to float32."""
+        if self.dtype is None:
+            return model
+
+        def autocast_forward(inputs: torch.Tensor) -> torch.Tensor:
+            with self.autocast():
+                return model(inputs).float()
+
+        return autocast_forward
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
         if self.scaler is None:
