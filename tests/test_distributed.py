@@ -16,10 +16,10 @@ import torch
 from image_data import write_folder_split
 
 from conftest import ROOT, compose_config, run_cli
-from topk.data.batches import TensorBatches
+from topk.data.batches import TensorBatches, epoch_seed
 from topk.data.images import EpochSampler
 from topk.data.splits import TensorSplit
-from topk.distributed import Distributed, check_global_batch, process_seed, shard_order, worker_argv
+from topk.distributed import Distributed, check_global_batch, epoch_order, process_seed, worker_argv
 from topk.errors import ConfigError
 
 
@@ -29,19 +29,30 @@ def processes(world_size):
 
 @pytest.mark.parametrize("size,world_size", [(10, 2), (11, 2), (7, 3), (2, 4)])
 def test_evaluation_shares_count_every_sample_once(size, world_size):
-    order = torch.arange(size)
-    shares = [shard_order(order, context, pad=False) for context in processes(world_size)]
+    shares = [epoch_order(size, False, 0, 0, context, pad=False) for context in processes(world_size)]
     assert sorted(torch.cat(shares).tolist()) == list(range(size))
 
 
-@pytest.mark.parametrize("size,world_size", [(10, 2), (11, 2), (7, 3), (2, 4)])
+def test_one_process_order_is_the_permutation_of_the_epoch_seed():
+    """The single-process order (unchanged since before the sampler): randperm seeded with
+    ``epoch_seed(seed, epoch)``."""
+    for epoch in (1, 2, 7):
+        expected = torch.randperm(50, generator=torch.Generator().manual_seed(epoch_seed(3, epoch)))
+        for pad in (False, True):
+            assert epoch_order(50, True, epoch_seed(3, 0), epoch, Distributed(), pad).tolist() == expected.tolist()
+
+
+@pytest.mark.parametrize("size,world_size", [(10, 2), (11, 2), (7, 3), (2, 4), (1, 3)])
 def test_training_shares_are_padded_to_equal_length_with_the_first_samples(size, world_size):
-    order = torch.randperm(size)
-    shares = [shard_order(order, context, pad=True) for context in processes(world_size)]
+    order = epoch_order(size, True, 5, 2, Distributed(), pad=True)
+    shares = [epoch_order(size, True, 5, 2, context, pad=True) for context in processes(world_size)]
     assert len({len(share) for share in shares}) == 1
     taken = torch.stack(shares, dim=1).flatten()  # back in global order
     padded = -size % world_size
-    assert taken.tolist() == order.tolist() + order[:padded].tolist()
+    assert taken.tolist() == (order.tolist() * world_size)[: size + padded]
+    sampler = torch.utils.data.DistributedSampler(range(size), world_size, 1, shuffle=True, seed=5)
+    sampler.set_epoch(2)
+    assert shares[1].tolist() == list(sampler)
 
 
 def test_each_process_trains_on_its_share_of_the_single_process_global_batch():

@@ -7,11 +7,12 @@ processes after every backward pass), and the engine asks a :class:`Distributed`
 collective operations it needs. Without torchrun everything here is a no-op (one process).
 
 Batches (``topk.data``): ``trainer.batch_size`` is the **global** batch, as in the papers. Every
-process draws the same permutation of epoch ``e`` from ``(seed, e)``, pads it to a multiple of N
-by repeating its first samples (as torch's ``DistributedSampler`` does, so at most N - 1 repeats
-per epoch), and takes every N-th sample from position ``rank`` in batches of ``batch_size / N``:
-its batch ``b`` is its share of the global batch ``b`` a single process would see. Evaluation
-splits are shared without padding (every sample counted once) and their counts summed exactly.
+process takes its share of epoch ``e``'s order from torch's ``DistributedSampler`` (seeded from
+the run's seed, ``set_epoch(e)``): the permutation a single process trains on, padded to a
+multiple of N by repeating its first samples (at most N - 1 repeats per epoch), every N-th
+sample from position ``rank``, in batches of ``batch_size / N``: its batch ``b`` is its share of
+the global batch ``b`` a single process would see (:func:`epoch_order`). Evaluation splits are
+shared without padding (every sample counted once) and their counts summed exactly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.utils.data import DistributedSampler
 
 from topk.errors import ConfigError
 
@@ -137,23 +139,29 @@ def check_global_batch(batch_size: int | None, context: Distributed) -> None:
         )
 
 
-def shard_order(order: torch.Tensor, context: Distributed, pad: bool) -> torch.Tensor:
-    """This process's share of a global order of samples: every N-th from position ``rank``.
+def epoch_order(size: int, shuffle: bool, seed: int, epoch: int, context: Distributed, pad: bool) -> torch.Tensor:
+    """The indices of the samples this process takes in epoch ``epoch``, in order.
 
-    With ``pad`` (training) the order is first extended with its own first samples to a multiple
-    of N, so that every process gets as many samples (DDP needs the same number of steps
-    everywhere); without it (evaluation) every sample goes to exactly one process.
+    They come from torch's ``DistributedSampler`` over ``size`` samples, with ``seed`` and
+    ``set_epoch(epoch)``: with ``shuffle`` a permutation drawn from ``seed + epoch`` (else
+    ``0 .. size - 1``). With ``pad`` (training) the sampler shares it among the processes: the
+    order, extended with its own first samples to a multiple of N (so that every process takes as
+    many steps, which DDP needs), every N-th sample from position ``rank``; with one process that
+    is the whole order. Without ``pad`` (evaluation) every sample goes to exactly one process: the
+    one-process order, every N-th sample from position ``rank``, unpadded (the sampler always
+    pads, which would count some samples twice).
     """
-    if not context.enabled:
-        return order
-    if pad:
-        missing = -len(order) % context.world_size
-        order = torch.cat([order, order[:missing]])
-    return order[context.rank :: context.world_size]
+    sampler = DistributedSampler(
+        range(size), num_replicas=context.world_size if pad else 1, rank=context.rank if pad else 0,
+        shuffle=shuffle, seed=seed,
+    )
+    sampler.set_epoch(epoch)
+    order = torch.tensor(list(sampler), dtype=torch.long)
+    return order if pad else order[context.rank :: context.world_size]
 
 
 def shard_size(size: int, context: Distributed, pad: bool) -> int:
-    """``len(shard_order(order, context, pad))`` for an order of ``size`` samples."""
+    """``len(epoch_order(size, ..., context, pad))``."""
     if pad:
         return -(-size // context.world_size)
     return len(range(context.rank, size, context.world_size))

@@ -13,29 +13,26 @@ from collections.abc import Iterator
 import torch
 
 from topk.data.splits import TensorSplit
-from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order, shard_size
+from topk.distributed import SINGLE_PROCESS, Distributed, epoch_order, local_batch_size, shard_size
 
 
 def epoch_seed(seed: int, epoch: int) -> int:
-    """The seed of epoch ``epoch``'s shuffle: every loader draws its order from it alone."""
+    """The seed of epoch ``epoch``'s shuffle: every loader draws its order from it alone.
+    ``epoch_seed(seed, 0)`` is the seed given to torch's ``DistributedSampler``, which draws epoch
+    ``e``'s permutation from that seed plus ``e``: ``epoch_seed(seed, e)``."""
     return seed * 1_000_003 + epoch
-
-
-def epoch_permutation(size: int, seed: int, epoch: int) -> torch.Tensor:
-    """The order of epoch ``epoch``, a permutation that depends only on ``(seed, epoch)``."""
-    return torch.randperm(size, generator=torch.Generator().manual_seed(epoch_seed(seed, epoch)))
 
 
 class TensorBatches:
     """Iterate over ``split`` in batches of ``batch_size`` (``None``: the whole split at once).
 
-    The split is moved to ``device`` once. With ``shuffle``, each epoch draws a permutation from
-    a generator seeded with ``(seed, epoch)``. ``transform`` (e.g. crop, flip and normalisation
+    The split is moved to ``device`` once. With ``shuffle``, each epoch's order is a permutation
+    drawn from ``(seed, epoch)`` by torch's ``DistributedSampler`` (:func:`topk.distributed.epoch_order`). ``transform`` (e.g. crop, flip and normalisation
     from :mod:`topk.data.transforms`) is applied to each batch of inputs on the device.
 
     Under ``distributed`` training (several processes) ``batch_size`` is the global batch: this
-    process iterates over its share of it (:func:`topk.distributed.shard_order`; ``pad`` for
-    training, so that every process takes as many steps).
+    process iterates over its share of it (``pad`` for training, so that every process takes as
+    many steps).
     """
 
     def __init__(
@@ -76,17 +73,13 @@ class TensorBatches:
 
     def _batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         n = len(self.y)
-        order = None
-        if self.shuffle:
-            order = epoch_permutation(n, self.seed, self.epoch)
-        if self.distributed.enabled:
-            order = shard_order(torch.arange(n) if order is None else order, self.distributed, self.pad)
-            n = len(order)
-        elif order is None and (self.batch_size is None or self.batch_size >= n):
+        order = None  # in order, by slices
+        if self.shuffle or self.distributed.enabled:
+            order = epoch_order(n, self.shuffle, epoch_seed(self.seed, 0), self.epoch, self.distributed, self.pad)
+            order, n = order.to(self.x.device), len(order)
+        elif self.batch_size is None or self.batch_size >= n:
             yield self.x, self.y
             return
-        if order is not None:
-            order = order.to(self.x.device)
         step = local_batch_size(self.batch_size, self.distributed) or n
         for start in range(0, n, step):
             if order is None:

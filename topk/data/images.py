@@ -28,9 +28,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 from tqdm import tqdm
 
-from topk.data.batches import epoch_permutation, epoch_seed
+from topk.data.batches import epoch_seed
 from topk.data.splits import DataSplits
-from topk.distributed import SINGLE_PROCESS, Distributed, local_batch_size, shard_order, shard_size
+from topk.distributed import SINGLE_PROCESS, Distributed, epoch_order, local_batch_size, shard_size
 from topk.errors import ConfigError, DataError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -179,12 +179,11 @@ class ImageFileDataset(Dataset):
 class EpochSampler(Sampler):
     """Indices of one epoch, each with the seed of its random transform.
 
-    With ``shuffle`` the order is a permutation drawn from ``(seed, epoch)`` as in
-    :class:`topk.data.TensorBatches` (:func:`topk.data.batches.epoch_permutation`); the sample
-    seed mixes ``(seed, epoch, index)``, so a sample is cropped alike whichever process loads it.
-    Under ``distributed`` training this process takes its share of the order
-    (:func:`topk.distributed.shard_order`, padded for training as torch's ``DistributedSampler``
-    pads; the order itself stays the single-process one, which torch's sampler would not keep).
+    With ``shuffle`` the order is a permutation drawn from ``(seed, epoch)`` by torch's
+    ``DistributedSampler``, as in :class:`topk.data.TensorBatches`; under ``distributed``
+    training this process takes its share of it (:func:`topk.distributed.epoch_order`). The
+    sample seed mixes ``(seed, epoch, index)``, so a sample is cropped alike whichever process
+    loads it.
     """
 
     def __init__(self, size: int, shuffle: bool, seed: int, distributed: Distributed = SINGLE_PROCESS,
@@ -197,8 +196,7 @@ class EpochSampler(Sampler):
         return shard_size(self.size, self.distributed, self.pad)
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
-        order = epoch_permutation(self.size, self.seed, self.epoch) if self.shuffle else torch.arange(self.size)
-        order = shard_order(order, self.distributed, self.pad)
+        order = epoch_order(self.size, self.shuffle, epoch_seed(self.seed, 0), self.epoch, self.distributed, self.pad)
         sample_seeds = epoch_seed(self.seed, self.epoch) * 10_000_019
         for index in order.tolist():
             yield index, (sample_seeds + index) % (2**63 - 1)
