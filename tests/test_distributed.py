@@ -33,13 +33,17 @@ def test_evaluation_shares_count_every_sample_once(size, world_size):
     assert sorted(torch.cat(shares).tolist()) == list(range(size))
 
 
-def test_one_process_order_is_the_permutation_of_the_epoch_seed():
-    """The single-process order (unchanged since before the sampler): randperm seeded with
-    ``epoch_seed(seed, epoch)``."""
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_one_process_order_is_the_samplers_and_the_permutation_of_the_epoch_seed(shuffle):
+    """The single-process order, drawn without the sampler, is the one torch's DistributedSampler
+    gives one process; it is randperm seeded with ``epoch_seed(seed, epoch)`` as before."""
     for epoch in (1, 2, 7):
-        expected = torch.randperm(50, generator=torch.Generator().manual_seed(epoch_seed(3, epoch)))
+        sampler = torch.utils.data.DistributedSampler(range(50), 1, 0, shuffle=shuffle, seed=epoch_seed(3, 0))
+        sampler.set_epoch(epoch)
+        if shuffle:
+            assert list(sampler) == torch.randperm(50, generator=torch.Generator().manual_seed(epoch_seed(3, epoch))).tolist()
         for pad in (False, True):
-            assert epoch_order(50, True, epoch_seed(3, 0), epoch, Distributed(), pad).tolist() == expected.tolist()
+            assert epoch_order(50, shuffle, epoch_seed(3, 0), epoch, Distributed(), pad).tolist() == list(sampler)
 
 
 @pytest.mark.parametrize("size,world_size", [(10, 2), (11, 2), (7, 3), (2, 4), (1, 3)])

@@ -151,6 +151,12 @@ def epoch_order(size: int, shuffle: bool, seed: int, epoch: int, context: Distri
     one-process order, every N-th sample from position ``rank``, unpadded (the sampler always
     pads, which would count some samples twice).
     """
+    if not context.enabled:
+        # what the sampler gives one process, drawn as it draws it but without its round trip
+        # through a Python list: 10 µs instead of 128 µs for S20's 1,800 points, 2% of an epoch
+        if not shuffle:
+            return torch.arange(size)
+        return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch))
     sampler = DistributedSampler(
         range(size), num_replicas=context.world_size if pad else 1, rank=context.rank if pad else 0,
         shuffle=shuffle, seed=seed,
