@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 import logging
 import random
-import shutil
 import signal
 import sys
 from pathlib import Path
@@ -251,9 +250,8 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
             distributed, device = dist_setup.setup(
                 cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device)
             )
-            own_dir, run_dir = run_dir, Path(distributed.broadcast(str(run_dir)))
-            if own_dir != run_dir and own_dir.name.startswith(dist_setup.SCRATCH_PREFIX):
-                shutil.rmtree(own_dir, ignore_errors=True)
+            run_dir = Path(distributed.broadcast(str(run_dir)))
+            dist_setup.remove_worker_scratch()
             run(cfg, run_dir, record, on_epoch_end, distributed, device)
         except KeyboardInterrupt:  # before training started (fit turns later ones into RunInterrupted)
             raise RunInterrupted(0) from None
@@ -267,8 +265,6 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
         if distributed.is_main:
             write_results(run_dir, record)
         raise
-    finally:
-        dist_setup.teardown()
     if distributed.is_main:
         write_results(run_dir, record)
     top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top5")}

@@ -19,7 +19,16 @@ from conftest import ROOT, compose_config, run_cli
 from topk.data.batches import TensorBatches, epoch_seed
 from topk.data.images import EpochSampler
 from topk.data.splits import TensorSplit
-from topk.distributed import Distributed, check_global_batch, epoch_order, process_seed, worker_argv
+from topk.distributed import (
+    SCRATCH_ENV,
+    SCRATCH_PREFIX,
+    Distributed,
+    check_global_batch,
+    epoch_order,
+    process_seed,
+    remove_worker_scratch,
+    worker_argv,
+)
 from topk.errors import ConfigError
 
 
@@ -102,20 +111,26 @@ def test_global_batch_must_divide_over_the_processes():
 def test_processes_after_the_first_leave_hydra_output_to_rank_0(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv(SCRATCH_ENV, raising=False)
     argv = ["train.py", "hydra.run.dir=outputs/x", "loss=ce"]
-    assert worker_argv(argv) == argv
+    assert worker_argv(argv) == argv and SCRATCH_ENV not in os.environ
     monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv(SCRATCH_ENV, "")  # restored (unset) after the test
     rewritten = worker_argv(argv)
     assert "hydra.run.dir=outputs/x" not in rewritten and "loss=ce" in rewritten
     scratch = Path(next(a for a in rewritten if a.startswith("hydra.run.dir=")).split("=", 1)[1])
     assert scratch.is_dir() and "hydra/job_logging=stdout" in rewritten
-    scratch.rmdir()
+    assert os.environ[SCRATCH_ENV] == str(scratch)
+    (scratch / "0").mkdir()  # a sweep's job directory
+    remove_worker_scratch()
+    assert not scratch.exists()
 
 
 def test_readme_torchrun_commands_compose_with_a_global_batch_for_two_processes():
     lines = [line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("torchrun ")]
-    assert len(lines) == 2
-    for line in lines:
+    single_runs = [line for line in lines if " -m " not in line]  # the sweep is run by a test below
+    assert len(lines) == 3 and len(single_runs) == 2
+    for line in single_runs:
         words = line.split("#")[0].split()
         cfg = compose_config(words[words.index("train.py") + 1 :])
         check_global_batch(cfg.trainer.batch_size, Distributed(0, 2))
@@ -127,10 +142,13 @@ def test_readme_torchrun_commands_compose_with_a_global_batch_for_two_processes(
 CIRCLES = ["trainer.epochs=6", "trainer.batch_size=60", "optim=sgd", "optim.lr=0.1", "trainer.progress=false"]
 
 
-def torchrun(args, processes=2, timeout=300):
-    """``torchrun --standalone --nproc_per_node=N train.py ARGS`` started in its own session."""
+def torchrun(args, processes=2, timeout=300, temporary_dir=None):
+    """``torchrun --standalone --nproc_per_node=N train.py ARGS`` started in its own session
+    (with ``TMPDIR=temporary_dir`` if given)."""
     env = dict(os.environ)
     env.pop("HYDRA_FULL_ERROR", None)
+    if temporary_dir is not None:
+        env["TMPDIR"] = str(temporary_dir)
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                f"--nproc_per_node={processes}", str(ROOT / "train.py"), *args]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -217,3 +235,25 @@ def test_torchrun_on_image_files_equals_one_process(tmp_path):
     assert two["samples"] == expected["samples"] == {"val": 10, "test": 15}
     assert_same_test_metrics(two["test"], expected["test"])
     assert two["val"] == pytest.approx(expected["val"], rel=1e-5, abs=1e-6)
+
+
+def test_readme_torchrun_sweep_runs_each_job_on_every_process_and_leaves_no_scratch(tmp_path):
+    """The README's ``torchrun ... train.py -m`` line: Hydra's jobs run one after the other, each
+    on both processes; rank 1's scratch output (under TMPDIR) is gone afterwards. Without one
+    process group per process for the whole sweep, the second job failed to connect in 3 of 6
+    tries."""
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines()
+                if line.startswith("torchrun ") and " -m " in line)
+    words = line.split("#")[0].split()
+    arguments = words[words.index("train.py") + 1 :]
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    sweep = tmp_path / "sweep"
+    returncode, output = finished(torchrun([*arguments, "trainer.progress=false", f"hydra.sweep.dir={sweep}"],
+                                           temporary_dir=temporary))
+    assert returncode == 0, output[-3000:]
+    records = [record(sweep / job) for job in ("0", "1")]
+    assert [r["seed"] for r in records] == [0, 1]
+    assert all(r["status"] == "completed" and r["processes"] == 2 and r["samples"] == {"test": 1800}
+               for r in records)
+    assert list(temporary.glob(f"{SCRATCH_PREFIX}*")) == []  # (torch's own torchelastic_* may stay)

@@ -17,7 +17,9 @@ shared without padding (every sample counted once) and their counts summed exact
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 from dataclasses import dataclass
 
 import torch
@@ -113,7 +115,12 @@ def resolve_backend(name: str, device: torch.device) -> str:
 
 def setup(backend: str, device: torch.device) -> tuple[Distributed, torch.device]:
     """Join the process group torchrun set up (when there is one); returns this process's
-    :class:`Distributed` and its device (``cuda:LOCAL_RANK`` on GPUs: one device per process)."""
+    :class:`Distributed` and its device (``cuda:LOCAL_RANK`` on GPUs: one device per process).
+
+    The group is made once per process and left at exit: the jobs of a sweep (``-m``) run one
+    after the other in the same processes and share it (a second ``init_process_group`` in the
+    same processes, after ``destroy_process_group``, failed here in 3 of 6 sweeps: gloo's
+    connection refused)."""
     context = from_environment()
     if not context.enabled:
         return context, device
@@ -122,6 +129,7 @@ def setup(backend: str, device: torch.device) -> tuple[Distributed, torch.device
         torch.cuda.set_device(device)
     if not dist.is_initialized():
         dist.init_process_group(backend=resolve_backend(backend, device))
+        atexit.register(teardown)
     return context, device
 
 
@@ -181,6 +189,7 @@ def local_batch_size(batch_size: int | None, context: Distributed) -> int | None
 
 
 SCRATCH_PREFIX = "topk_rank"
+SCRATCH_ENV = "TOPK_WORKER_SCRATCH"  # the scratch directory of this process, set by worker_argv
 _HYDRA_OUTPUT_KEYS = ("hydra.run.dir=", "hydra.sweep.dir=", "hydra.output_subdir=", "hydra/job_logging=")
 
 
@@ -188,13 +197,25 @@ def worker_argv(argv: list[str]) -> list[str]:
     """The command line of a process torchrun started after the first: its Hydra output
     (configuration copy, log file) goes to an empty scratch directory instead of the run
     directory, and its log to the console. The run directory is rank 0's, which ``train.py``
-    broadcasts; other processes never write in it. Unchanged for rank 0 and without torchrun."""
+    broadcasts; other processes never write in it. The scratch directory's path is left in the
+    environment (``SCRATCH_ENV``) for :func:`remove_worker_scratch`. Unchanged for rank 0 and
+    without torchrun."""
     context = from_environment()
     if not context.enabled or context.is_main:
         return argv
     import tempfile
 
     scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{context.rank}_")
+    os.environ[SCRATCH_ENV] = scratch
     kept = [arg for arg in argv if not arg.lstrip("+~").startswith(_HYDRA_OUTPUT_KEYS)]
     return kept + [f"hydra.run.dir={scratch}", f"hydra.sweep.dir={scratch}", "hydra.output_subdir=null",
                    "hydra/job_logging=stdout"]
+
+
+def remove_worker_scratch() -> None:
+    """Delete the scratch directory :func:`worker_argv` gave this process (ranks after the first),
+    once the run directory is known. In a sweep (``-m``) it is Hydra's sweep directory, where
+    Hydra makes each job's directory again: every job removes it."""
+    scratch = os.environ.get(SCRATCH_ENV)
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
