@@ -154,9 +154,10 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         torch.set_num_threads(int(trainer.num_threads))
     device = device or resolve_device(trainer.device)
     dist_setup.check_global_batch(trainer.batch_size, distributed)
-    seed_everything(int(cfg.seed))
+    seed = int(cfg.seed)
+    seed_everything(seed)
 
-    splits = build(cfg.dataset, seed=int(cfg.seed))
+    splits = build(cfg.dataset, seed=seed)
     train_labels = getattr(splits, "train_labels_full", None)
     if train_labels is not None and distributed.is_main:  # the labels trained on (noisy), -1 where held out
         np.save(run_dir / "train_labels.npy", np.asarray(train_labels, dtype=np.int64))
@@ -181,14 +182,13 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     if distributed.enabled:  # every process starts from rank 0's weights; gradients are averaged
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         # independent noise (noised losses), Mixup and augmentation draws in each process
-        seed_everything(dist_setup.process_seed(int(cfg.seed), distributed))
+        seed_everything(dist_setup.process_seed(seed, distributed))
     loss_fn.to(device)
     optimizer = build(cfg.optim)(model.parameters())
     scheduler = build(cfg.schedule)(optimizer)
     augment = build(cfg.augment, **data_arguments(cfg.augment, splits))
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
-    seed = int(cfg.seed)
     train_batches = make_batches(splits, "train", trainer, seed, device, augment, normalize, distributed)
     eval_batches = {
         name: make_batches(splits, name, trainer, seed, device, augment, normalize, distributed)

@@ -10,7 +10,7 @@ the seed changes no cost, so each seed-free combination is composed once and cou
 seed). Its model, loss and SGD optimiser are built with ``hydra.utils.instantiate`` from that
 config (``model.pretrained=false``: weights cannot be downloaded here; the cost of a step is the
 same), and a training step is what ``topk.engine.train_one_epoch`` does per batch: forward, loss,
-``zero_grad``, backward, ``optimizer.step()``, on random float32 inputs of the run's shape
+clearing the gradients (``zero_grad`` here), backward, ``optimizer.step()``, on random float32 inputs of the run's shape
 (3x32x32 for CIFAR-100, 3 x ``image_size`` squared for ImageNet, Pl@ntNet-300K and ImageNet-LT)
 and batch size, with random labels (Mixup runs get two-label soft targets, which some losses
 evaluate twice). Torch's default number of threads. One warm-up step, then the median of the

@@ -77,21 +77,22 @@ class BareLoop:
         self.model, self.batches = model, batches
         self.optimizer = sgd(model)
         self.loss_fn = torch.nn.CrossEntropyLoss()
-        self.parameters = list(model.parameters()) if gradients_to_none else None
+        self.parameters = list(model.parameters())
+        self.clear_gradients = self.set_gradients_to_none if gradients_to_none else self.optimizer.zero_grad
         self.seconds: list[float] = []
 
+    def set_gradients_to_none(self) -> None:
+        for parameter in self.parameters:
+            parameter.grad = None
+
     def run_epoch(self, epoch: int) -> None:
-        model, optimizer, loss_fn = self.model, self.optimizer, self.loss_fn
+        model, optimizer, loss_fn, clear_gradients = self.model, self.optimizer, self.loss_fn, self.clear_gradients
         self.batches.set_epoch(epoch)
         started = time.perf_counter()
         model.train()
         for inputs, labels in self.batches:
             loss = loss_fn(model(inputs), labels)
-            if self.parameters is None:
-                optimizer.zero_grad(set_to_none=True)
-            else:
-                for parameter in self.parameters:
-                    parameter.grad = None
+            clear_gradients()  # optimizer.zero_grad() sets them to None too (its default)
             loss.backward()
             optimizer.step()
         self.seconds.append(time.perf_counter() - started)

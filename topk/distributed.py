@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass
 
 import torch
@@ -203,8 +204,6 @@ def worker_argv(argv: list[str]) -> list[str]:
     context = from_environment()
     if not context.enabled or context.is_main:
         return argv
-    import tempfile
-
     scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{context.rank}_")
     os.environ[SCRATCH_ENV] = scratch
     kept = [arg for arg in argv if not arg.lstrip("+~").startswith(_HYDRA_OUTPUT_KEYS)]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import platform
+import socket
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -125,9 +127,6 @@ class TensorBoardScalars:
     """
 
     def __init__(self, log_dir: Path, purge_step: int | None = None, flush_seconds: float = 10.0):
-        import socket
-        import time
-
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog
         from tensorboard.compat.proto.summary_pb2 import Summary
         from tensorboard.summary.writer.record_writer import RecordWriter

@@ -27,8 +27,9 @@ class TensorBatches:
     """Iterate over ``split`` in batches of ``batch_size`` (``None``: the whole split at once).
 
     The split is moved to ``device`` once. With ``shuffle``, each epoch's order is a permutation
-    drawn from ``(seed, epoch)`` by torch's ``DistributedSampler`` (:func:`topk.distributed.epoch_order`). ``transform`` (e.g. crop, flip and normalisation
-    from :mod:`topk.data.transforms`) is applied to each batch of inputs on the device.
+    drawn from ``(seed, epoch)`` as torch's ``DistributedSampler`` draws it
+    (:func:`topk.distributed.epoch_order`). ``transform`` (e.g. crop, flip and normalisation from
+    :mod:`topk.data.transforms`) is applied to each batch of inputs on the device.
 
     Under ``distributed`` training (several processes) ``batch_size`` is the global batch: this
     process iterates over its share of it (``pad`` for training, so that every process takes as
