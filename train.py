@@ -42,6 +42,11 @@ from topk.records import flatten, versions, write_results
 
 log = logging.getLogger("train")
 
+# ``${if_null:${experiment},multirun}`` in conf/train.yaml: a sweep without +experiment goes to
+# outputs/sweeps/multirun/ (``oc.select`` falls back only for a missing key, and ``experiment`` is
+# a null one: its sweeps went to outputs/sweeps/None/).
+OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value, replace=True)
+
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)

@@ -104,6 +104,13 @@ def test_s20_experiments_carry_the_paper_settings(experiment):
             instantiate(swept.model, num_classes=6, input_shape=splits.input_shape)
 
 
+def test_sweep_directory_is_named_after_the_experiment_or_multirun():
+    # the if_null resolver is registered by train.py, imported above
+    plain = compose_config(["seed=0"], return_hydra_config=True).hydra.sweep.dir
+    experiment = compose_config(["+experiment=s20_exp1"], return_hydra_config=True).hydra.sweep.dir
+    assert plain.startswith("outputs/sweeps/multirun/") and experiment.startswith("outputs/sweeps/s20_exp1/")
+
+
 def test_unknown_option_lists_the_valid_ones():
     with pytest.raises(MissingConfigException) as raised:
         compose_config(["loss=nope"])
