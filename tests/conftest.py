@@ -15,7 +15,6 @@ from omegaconf import open_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-SHARED = ROOT.parent / "shared"
 
 sys.path.insert(0, str(ROOT))  # train.py lives at the top level, beside conf/
 
@@ -67,18 +66,10 @@ def run_dir(tmp_path):
 
 def write_tiny_cifar100(root: Path, train_per_class: int = 6, test_per_class: int = 2, seed: int = 0,
                         fine_to_coarse=None) -> Path:
-    """A CIFAR-100 of random images in the official python-pickle format, under ``root``.
-
-    Coarse labels follow the official mapping (read from shared/ when it is there, else the
-    fixtures' shuffled stand-in grouping).
-    """
-    import json
-
+    """A CIFAR-100 of random images in the official python-pickle format, under ``root``, with
+    the official fine-to-coarse mapping unless ``fine_to_coarse`` is given."""
     from topk.data.fixtures import write_cifar100
 
-    mapping_file = SHARED / "cifar100_fine_to_coarse.json"
-    if fine_to_coarse is None and mapping_file.exists():
-        fine_to_coarse = json.loads(mapping_file.read_text())["fine_to_coarse"]
     return write_cifar100(root, train_per_class, test_per_class, seed, fine_to_coarse)
 
 

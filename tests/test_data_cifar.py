@@ -11,10 +11,11 @@ import pytest
 import torch
 
 from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD, CifarSplits, cifar100
+from topk.data.fixtures import official_coarse_mapping
 from topk.errors import ConfigError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
-FINE_TO_COARSE = json.loads((SHARED / "cifar100_fine_to_coarse.json").read_text())["fine_to_coarse"]
+FINE_TO_COARSE = official_coarse_mapping()
 COARSE_OF = torch.tensor(FINE_TO_COARSE)
 
 
@@ -221,3 +222,14 @@ def test_noise_follows_the_files_coarse_labels_whatever_the_mapping(tmp_path):
     assert torch.equal(torch.as_tensor(grouping)[noisy.train.y], torch.as_tensor(grouping)[clean.train.y])
     changed = (noisy.train.y != clean.train.y).double().mean().item()
     assert abs(changed - 0.5 * 4 / 5) < 0.03 and noisy.noise_rate == pytest.approx(changed)
+
+
+@pytest.mark.skipif(not (SHARED / "cifar100_fine_to_coarse.json").exists(), reason="shared/ is not beside the repo")
+def test_shipped_mapping_is_the_shared_one():
+    shared = json.loads((SHARED / "cifar100_fine_to_coarse.json").read_text())["fine_to_coarse"]
+    assert official_coarse_mapping() == shared
+
+
+def test_official_mapping_has_five_fine_labels_per_superclass():
+    assert sorted(np.bincount(official_coarse_mapping()).tolist()) == [5] * 20
+

@@ -22,14 +22,11 @@ from PIL import Image
 CIFAR_CLASSES, CIFAR_SUPERCLASSES = 100, 20
 
 
-def shuffled_coarse_mapping(seed: int = 0) -> list[int]:
-    """A fine→coarse mapping with five fine labels per coarse class, *not* consecutive (as in
-    the official release, where ``label // 5`` is not the superclass)."""
-    order = np.random.default_rng(seed).permutation(CIFAR_CLASSES)
-    mapping = [0] * CIFAR_CLASSES
-    for position, fine in enumerate(order):
-        mapping[int(fine)] = position // (CIFAR_CLASSES // CIFAR_SUPERCLASSES)
-    return mapping
+def official_coarse_mapping() -> list[int]:
+    """The official CIFAR-100 fine-to-coarse label mapping (``coarse_labels`` of each fine label
+    in the release's python files), shipped as ``topk/data/cifar100_fine_to_coarse.json``."""
+    text = (Path(__file__).with_name("cifar100_fine_to_coarse.json")).read_text()
+    return json.loads(text)["fine_to_coarse"]
 
 
 def write_cifar100(
@@ -37,7 +34,7 @@ def write_cifar100(
     fine_to_coarse: Sequence[int] | None = None,
 ) -> Path:
     """``root/cifar-100-python/{train,test,meta}`` as the official (cPickle) release writes them."""
-    fine_to_coarse = list(fine_to_coarse or shuffled_coarse_mapping(seed))
+    fine_to_coarse = list(fine_to_coarse or official_coarse_mapping())
     rng = np.random.default_rng(seed)
     folder = Path(root) / "cifar-100-python"
     folder.mkdir(parents=True, exist_ok=True)
