@@ -7,7 +7,8 @@
 
 Figures: s20_exp1, s20_exp2, s20_exp3 (S20 Figs. 2–4), s20_cifar (S20 Fig. 6), g22_time
 (G22 Fig. 3), b18_tau (B18 Fig. 2a). Writes ``<out>/<id>.png``, ``.csv`` and ``.md`` (default
-``outputs/figures``).
+``outputs/figures``). A sweep holding runs of another experiment, or of none (a sweep without
+``+experiment``), is refused: one sentence ``Error: ...`` on stderr and exit status 1.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from topk.errors import TopkError  # noqa: E402
 from topk.figures import FIGURE_IDS, make_figure  # noqa: E402
 from topk.records import latest_sweep_dir  # noqa: E402
 
@@ -43,7 +45,7 @@ def main(argv=None) -> int:
     try:
         sweep_dir = args.sweep_dir or latest_sweep_dir(args.outputs, args.experiment)
         files = make_figure(args.experiment, sweep_dir, args.out, **chosen)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
         print(f"Error: {error}", file=sys.stderr)
         return 1
     print(files["md"].read_text())

@@ -4,7 +4,9 @@
     python scripts/make_tables.py b18_cifar_noise --sweep-dir DIR # a given sweep
     python scripts/make_tables.py b18_speed                       # from outputs/bench/losses.json
 
-Writes ``<out>/<id>.md``, ``.csv`` and ``.tex`` (default ``outputs/tables``).
+Writes ``<out>/<id>.md``, ``.csv`` and ``.tex`` (default ``outputs/tables``). A sweep holding runs
+of another experiment, or of none (a sweep without ``+experiment``), is refused: one sentence
+``Error: ...`` on stderr and exit status 1, as for a missing sweep.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from topk.errors import TopkError  # noqa: E402
 from topk.tables import TABLES, make_table  # noqa: E402
 
 
@@ -32,7 +35,7 @@ def main(argv=None) -> int:
     try:
         table, files = make_table(args.table, out, sweep_dir=args.sweep_dir, outputs=args.outputs,
                                   bench_file=args.bench_file)
-    except FileNotFoundError as error:
+    except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
         print(f"Error: {error}", file=sys.stderr)
         return 1
     print(table.markdown())

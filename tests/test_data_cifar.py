@@ -10,40 +10,24 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import run_cli, write_tiny_cifar100
 from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD, CifarSplits, cifar100
 from topk.data.fixtures import official_coarse_mapping
-from topk.errors import ConfigError
+from topk.errors import ConfigError, DataError
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 FINE_TO_COARSE = official_coarse_mapping()
 COARSE_OF = torch.tensor(FINE_TO_COARSE)
 
 
-def write_cifar100(root: Path, train_per_class: int, test_per_class: int, seed: int = 0) -> dict:
-    """Write ``root/cifar-100-python/{train,test,meta}`` as the official (cPickle) release does."""
-    rng = np.random.default_rng(seed)
-    folder = root / "cifar-100-python"
-    folder.mkdir(parents=True)
+def write_cifar100(root: Path, train_per_class: int, test_per_class: int) -> dict:
+    """:func:`conftest.write_tiny_cifar100`'s files under ``root``; returns the ``train`` and
+    ``test`` dicts as pickled, read back with :mod:`pickle` alone."""
+    folder = write_tiny_cifar100(root, train_per_class, test_per_class) / "cifar-100-python"
     written = {}
-    for name, per_class in (("train", train_per_class), ("test", test_per_class)):
-        fine = rng.permutation(np.repeat(np.arange(100), per_class)).tolist()
-        data = rng.integers(0, 256, size=(len(fine), 3072), dtype=np.uint8)
-        entry = {
-            b"filenames": [f"img_{i}.png".encode() for i in range(len(fine))],
-            b"batch_label": f"{name} batch".encode(),
-            b"fine_labels": fine,
-            b"coarse_labels": [FINE_TO_COARSE[f] for f in fine],
-            b"data": data,
-        }
-        with open(folder / name, "wb") as handle:
-            pickle.dump(entry, handle, protocol=2)
-        written[name] = entry
-    meta = {
-        b"fine_label_names": [f"fine{i}".encode() for i in range(100)],
-        b"coarse_label_names": [f"coarse{i}".encode() for i in range(20)],
-    }
-    with open(folder / "meta", "wb") as handle:
-        pickle.dump(meta, handle, protocol=2)
+    for name in ("train", "test"):
+        with open(folder / name, "rb") as handle:
+            written[name] = pickle.load(handle, encoding="bytes")
     return written
 
 
@@ -177,6 +161,107 @@ def test_missing_root_says_what_to_do(tmp_path):
         cifar100(seed=0, root=tmp_path)
 
 
+# ----------------------------------------------------------------- broken files of the release
+
+
+def with_broken_file(root: Path, name: str, breaks) -> Path:
+    """A tiny release under ``root`` whose file ``name`` is replaced by ``breaks(its bytes)``;
+    returns that file."""
+    path = write_tiny_cifar100(root) / "cifar-100-python" / name
+    path.write_bytes(breaks(path.read_bytes()))
+    return path
+
+
+def rewritten(change):
+    """A breaker: unpickle the file, apply ``change`` to its dict, pickle it again."""
+    return lambda content: pickle.dumps(change(pickle.loads(content, encoding="bytes")), protocol=2)
+
+
+def without(key):
+    return rewritten(lambda entry: {k: v for k, v in entry.items() if k != key})
+
+
+def replacing(key, value):
+    return rewritten(lambda entry: {**entry, key: value(entry[key]) if callable(value) else value})
+
+
+def redownload(path: Path) -> str:
+    folder = path.parent
+    return (f"; download the official cifar-100-python archive again and unpack it into "
+            f"{folder.parent}, or delete {folder} and set dataset.download=true.")
+
+
+def test_random_bytes_name_the_file_and_say_to_download_again(tmp_path):
+    path = with_broken_file(tmp_path, "train", lambda _: np.random.default_rng(0).bytes(5000))
+    with pytest.raises(DataError) as broken:
+        cifar100(seed=0, root=tmp_path)
+    assert str(broken.value) == (f"{path} is not a readable CIFAR-100 python pickle "
+                                 f"(UnpicklingError: invalid load key, '_'.){redownload(path)}")
+
+
+BROKEN = {
+    "train cut in half": ("train", lambda content: content[: len(content) // 2],
+                          "is not a readable CIFAR-100 python pickle (UnpicklingError: pickle data "
+                          "was truncated)"),
+    "test cut short": ("test", lambda content: content[:100],
+                       "is not a readable CIFAR-100 python pickle (UnpicklingError: pickle data "
+                       "was truncated)"),
+    "meta cut in half": ("meta", lambda content: content[: len(content) // 2],
+                         "is not a readable CIFAR-100 python pickle (UnpicklingError: pickle data "
+                         "was truncated)"),
+    "empty meta": ("meta", lambda _: b"",
+                   "is not a readable CIFAR-100 python pickle (EOFError: Ran out of input)"),
+    "a list, not a dict": ("train", lambda _: pickle.dumps([1, 2]),
+                           "holds a pickled list, not the dict of the CIFAR-100 python release"),
+    "no fine labels": ("train", without(b"fine_labels"),
+                       "has no 'fine_labels' entry, so it is not a file of the official CIFAR-100 "
+                       "python release"),
+    "images of 3000 bytes": ("test", replacing(b"data", lambda data: data[:, :3000]),
+                             "holds data of shape (200, 3000), fine labels of shape (200,) and "
+                             "coarse labels of shape (200,) instead of [N, 3072] images and N "
+                             "labels of each kind"),
+    "one label too few": ("train", replacing(b"fine_labels", lambda labels: labels[1:]),
+                          "holds data of shape (600, 3072), fine labels of shape (599,)"),
+    "labels of text": ("train", replacing(b"fine_labels", "abc"),
+                       "has a 'fine_labels' entry that is not an array of int64 (ValueError: "),
+    "coarse labels out of range": ("train", replacing(b"coarse_labels", [25] * 600),
+                                   "has coarse labels outside 0..19, so it is not a file of the "
+                                   "official CIFAR-100 python release"),
+    "names not a list": ("meta", replacing(b"fine_label_names", 3),
+                         "has a 'fine_label_names' entry of type int instead of a list of names"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_file_is_one_sentence_naming_it(tmp_path, case):
+    name, breaks, reason = BROKEN[case]
+    path = with_broken_file(tmp_path, name, breaks)
+    with pytest.raises(DataError) as broken:
+        cifar100(seed=0, root=tmp_path, val_size=100)
+    message = str(broken.value)
+    assert message.startswith(f"{path} {reason}") and message.endswith(redownload(path))
+    assert "\n" not in message
+
+
+def test_a_missing_meta_file_is_a_config_error_as_before(tmp_path):
+    folder = write_tiny_cifar100(tmp_path) / "cifar-100-python"
+    (folder / "meta").unlink()
+    with pytest.raises(ConfigError) as missing:
+        cifar100(seed=0, root=tmp_path)
+    assert str(missing.value).startswith(f"CIFAR-100 folder {folder} lacks the file(s) meta; "
+                                         "set dataset.root")
+
+
+def test_train_py_reports_a_broken_file_in_one_line(tmp_path):
+    path = with_broken_file(tmp_path / "data", "train", BROKEN["train cut in half"][1])
+    result = run_cli(["dataset=cifar100", f"data_root={tmp_path / 'data'}", "model=mlp",
+                      f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: {path} is not a readable CIFAR-100 python pickle (UnpicklingError: pickle data "
+        f"was truncated){redownload(path)}")
+
+
 @pytest.mark.parametrize("p", [-0.1, 1.5, float("nan")])
 def test_bad_noise_probability(tiny, p):
     root, _ = tiny
@@ -210,11 +295,6 @@ def test_download_uses_torchvision_and_reports_failure(tmp_path, monkeypatch):
 def test_noise_follows_the_files_coarse_labels_whatever_the_mapping(tmp_path):
     """A fixture whose fine→coarse mapping is a random grouping (not the official one): every
     noisy label stays in its sample's coarse class, at the rate p·4/5."""
-    import numpy as np
-
-    from conftest import write_tiny_cifar100
-    from topk.data.cifar import cifar100
-
     grouping = np.random.default_rng(7).permutation(100) % 20  # five fine labels per coarse class
     root = write_tiny_cifar100(tmp_path, train_per_class=40, fine_to_coarse=grouping.tolist())
     clean = cifar100(seed=0, root=root, val_size=0, noise=0.0)

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, run_cli
+from topk.errors import ConfigError
 from topk.figures import (
     load_runs,
     make_figure,
@@ -96,6 +97,38 @@ def test_sweep_with_a_failing_run_still_makes_the_figure(tmp_path):
         assert record["test"] == before[run_dir]["test"]
 
 
+def test_figures_refuse_a_sweep_of_another_experiment_or_of_none(b18_tau_sweep, tmp_path):
+    others = write_sweep(tmp_path / "others", [fake_record("completed", "ce", 0, 30, 90.0, 99.0)])
+    with pytest.raises(ConfigError) as refused:
+        make_figure("b18_tau", others, tmp_path / "figures")
+    assert str(refused.value) == (
+        f"{others} holds runs of experiment s20_exp2, not b18_tau; point --sweep-dir at a sweep "
+        "of `python train.py -m +experiment=b18_tau`.")
+    with pytest.raises(ConfigError, match="holds runs of experiment b18_tau, not s20_exp2"):
+        make_figure("s20_exp2", b18_tau_sweep, tmp_path / "figures")
+    nobody = write_sweep(tmp_path / "nobody", [{**fake_record("completed", "ce", 0, 30, 90.0, 99.0),
+                                                "experiment": None}])
+    with pytest.raises(ConfigError, match=r"holds runs of no experiment \(`experiment: null`"):
+        make_figure("s20_exp2", nobody, tmp_path / "figures")
+    assert not (tmp_path / "figures").exists()
+
+
+def test_figures_refuse_a_sweep_mixing_experiments(tmp_path):
+    records = [fake_record("completed", "ce", seed, 30, 90.0, 99.0) for seed in (0, 1)]
+    mixed = write_sweep(tmp_path / "mixed", [*records, {**records[0], "experiment": "s20_exp1"}])
+    with pytest.raises(ConfigError, match=rf"mixes 2 run\(s\) of s20_exp2 with 1 run\(s\) of "
+                       rf"experiment s20_exp1 \(e.g. {re.escape(str(mixed / '2'))}\)"):
+        make_figure("s20_exp2", mixed, tmp_path / "figures")
+
+
+def test_make_figures_script_refuses_another_experiments_sweep_in_one_line(tmp_path):
+    sweep = write_sweep(tmp_path / "sweep", [fake_record("completed", "ce", 0, 30, 90.0, 99.0)])
+    result = run_cli_script(["b18_tau", "--sweep-dir", str(sweep), "--out", str(tmp_path / "f")])
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+    assert "experiment s20_exp2, not b18_tau" in result.stderr and "Traceback" not in result.stderr
+
+
 def run_cli_script(args):
     import subprocess
     import sys
@@ -111,18 +144,19 @@ def run_record(status, loss, seed=0, params=None, test=None, **top_level):
     """A results.json record of any experiment; ``top_level`` overrides keys like ``model``."""
     return {
         "status": status, "error": None if status == "completed" else "boom",
-        "experiment": "test", "dataset": "cifar100", "model": "resnet18", "loss": loss,
+        "experiment": None, "dataset": "cifar100", "model": "resnet18", "loss": loss,
         "augment": "mixup", "seed": seed, "params": params or {}, "best_epoch": 1,
         "selection_metric": "last", "val": {}, "test": test or {}, "epoch_seconds": 1.0,
         "versions": {"topk": "0"}, **top_level,
     }
 
 
-def write_sweep(root, records, histories=None, multirun_yaml=None):
-    """Job directories 0/, 1/, … with each record (and its history rows), plus a multirun.yaml."""
+def write_sweep(root, records, histories=None, multirun_yaml=None, experiment=None):
+    """Job directories 0/, 1/, … with each record (and its history rows), plus a multirun.yaml;
+    ``experiment`` is written into every record that names none."""
     for job, record in enumerate(records):
         (root / str(job)).mkdir(parents=True)
-        write_results(root / str(job), record)
+        write_results(root / str(job), {**record, "experiment": record["experiment"] or experiment})
         if histories and histories[job] is not None:
             write_history(root / str(job), histories[job])
     if multirun_yaml is not None:
@@ -169,7 +203,7 @@ def s20_cifar_sweep(tmp_path):
                    **{**S20_PANEL, "model": "densenet121"}),
     ]
     multirun = "hydra:\n  sweeper:\n    params:\n      seed: 0,1,2\n"
-    return write_sweep(tmp_path / "sweep", records, multirun_yaml=multirun)
+    return write_sweep(tmp_path / "sweep", records, multirun_yaml=multirun, experiment="s20_cifar")
 
 
 def test_s20_cifar_means_counts_and_smallest_k_reaching_99(s20_cifar_sweep, tmp_path):
@@ -223,7 +257,7 @@ def g22_time_sweep(tmp_path):
         timed("interrupted", "noised_bal", 10, None, 3),
         timed("completed", "noised_bal", 5, 4.5, 10),
     ]
-    return write_sweep(tmp_path / "sweep", records)
+    return write_sweep(tmp_path / "sweep", records, experiment="g22_time")
 
 
 def test_g22_time_ratios_to_the_sweeps_ce_and_the_papers_points(g22_time_sweep, tmp_path):
@@ -252,7 +286,7 @@ def test_g22_time_without_a_completed_ce_run_has_no_ratios(tmp_path):
     sweep = write_sweep(tmp_path / "sweep", [
         run_record("failed", "ce", params={"k": 5}),
         run_record("completed", "smooth_svm", params={"k": 5}, epoch_seconds=2.0),
-    ])
+    ], experiment="g22_time")
     table, markdown = check_files(make_figure("g22_time", sweep, tmp_path / "figures"))
     assert table.loc[table["source"] == "ours", "ratio_to_ce_mean"].isna().all()
     assert "No completed CE run in this sweep" in markdown
@@ -278,7 +312,7 @@ def b18_tau_sweep(tmp_path):
     ]
     histories = [history([50.0, 90.0]), history([60.0, 99.5]), history([70.0, 98.5]),
                  history([5.0, 8.0]), history([1.0], epochs=3), history([1.0, 1.0])]
-    return write_sweep(tmp_path / "sweep", records, histories)
+    return write_sweep(tmp_path / "sweep", records, histories, experiment="b18_tau")
 
 
 def test_b18_tau_training_error_per_epoch_and_table_6(b18_tau_sweep, tmp_path):

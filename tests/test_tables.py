@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -12,6 +14,7 @@ import pytest
 
 from conftest import ROOT
 from topk import paper_results
+from topk.errors import ConfigError
 from topk.records import write_history, write_results
 from topk.tables import TABLES, build_table, make_table, normalise_key, paper_cells, write_table
 
@@ -28,12 +31,13 @@ def record(status="completed", seed=0, loss="ce", params=None, test=None, val=No
     }
 
 
-def write_sweep(root, records, sweeper_params=None, task=(), histories=None):
-    """Job directories 0/, 1/, … with the records (and history rows), plus a multirun.yaml."""
+def write_sweep(root, records, sweeper_params=None, task=(), histories=None, experiment=None):
+    """Job directories 0/, 1/, … with the records (and history rows), plus a multirun.yaml;
+    ``experiment`` is written into every record that names none."""
     root.mkdir(parents=True, exist_ok=True)
     for job, rec in enumerate(records):
         (root / str(job)).mkdir()
-        write_results(root / str(job), rec)
+        write_results(root / str(job), {**rec, "experiment": rec["experiment"] or experiment})
         if histories and histories[job] is not None:
             write_history(root / str(job), histories[job])
     if sweeper_params is not None:
@@ -74,7 +78,8 @@ def noise_sweep(tmp_path):
         record("interrupted", 2, "smooth_svm", {"dataset.noise": 0.2}),
     ]
     sweep = {"dataset.noise": "0.0,0.2", "loss": "ce,smooth_svm", "seed": "range(3)"}
-    return write_sweep(tmp_path / "sweep", records, sweep, task=["+experiment=b18_cifar_noise"])
+    return write_sweep(tmp_path / "sweep", records, sweep, task=["+experiment=b18_cifar_noise"],
+                       experiment="b18_cifar_noise")
 
 
 def test_noise_table_statistics_counts_and_paper(noise_sweep, tmp_path):
@@ -120,11 +125,12 @@ def test_noise_table_statistics_counts_and_paper(noise_sweep, tmp_path):
 def test_missing_seeds_and_no_multirun_yaml(tmp_path):
     """Without multirun.yaml nothing is counted missing; with it, absent seeds of a cell are."""
     records = [record("completed", 0, "ce", {"dataset.noise": 0.2}, test={"top1": 70.0, "top5": 90.0})]
-    bare = write_sweep(tmp_path / "bare", records)
+    bare = write_sweep(tmp_path / "bare", records, experiment="b18_cifar_noise")
     table = build_table("b18_cifar_noise", sweep_dir=bare)
     assert "missing unknown (no readable multirun.yaml)" in table.preamble[0]
     assert cell(table.tidy, noise=0.2, loss="ce", metric="top1")["counts"] == "1/1 seeds"
-    swept = write_sweep(tmp_path / "swept", records, {"seed": "0,1,2"}, task=["loss=ce", "dataset.noise=0.2"])
+    swept = write_sweep(tmp_path / "swept", records, {"seed": "0,1,2"},
+                        task=["loss=ce", "dataset.noise=0.2"], experiment="b18_cifar_noise")
     table = build_table("b18_cifar_noise", sweep_dir=swept)
     assert "2 missing (3 expected" in table.preamble[0]
     assert cell(table.tidy, noise=0.2, loss="ce", metric="top1")["counts"] == "1/3 seeds, 2 missing"
@@ -137,6 +143,52 @@ def test_unreadable_record_is_counted_not_fatal(noise_sweep, tmp_path):
     assert "7 found" in table.preamble[0] and "1 unreadable" in table.preamble[0]
 
 
+# ------------------------------------------------------------------------- the sweep's experiment
+
+
+def tau_records(experiment):
+    return [record(seed=seed, loss="smooth_svm", params={"loss.tau": 0.1}, test={"top5": 90.0},
+                   experiment=experiment) for seed in (0, 1)]
+
+
+def test_a_sweep_of_another_experiment_is_refused(tmp_path):
+    sweep = write_sweep(tmp_path / "s", tau_records("s20_exp1"))
+    with pytest.raises(ConfigError) as refused:
+        build_table("b18_tau", sweep_dir=sweep)
+    assert str(refused.value) == (
+        f"{sweep} holds runs of experiment s20_exp1, not b18_tau; point --sweep-dir at a sweep "
+        "of `python train.py -m +experiment=b18_tau`.")
+
+
+def test_a_sweep_of_no_experiment_is_refused(tmp_path):
+    sweep = write_sweep(tmp_path / "s", tau_records(None))
+    with pytest.raises(ConfigError, match=r"holds runs of no experiment \(`experiment: null` in "
+                       r"their results.json, a sweep run without \+experiment\), not b18_tau"):
+        build_table("b18_tau", sweep_dir=sweep)
+
+
+def test_a_sweep_mixing_experiments_is_refused_not_filtered(tmp_path):
+    records = tau_records("b18_tau") + tau_records("s20_exp1") + tau_records(None)
+    sweep = write_sweep(tmp_path / "s", records)
+    with pytest.raises(ConfigError) as refused:
+        build_table("b18_tau", sweep_dir=sweep)
+    message = str(refused.value)
+    assert message.startswith(f"{sweep} mixes 2 run(s) of b18_tau with 4 run(s) of experiment "
+                              "s20_exp1 and of no experiment")
+    assert f"(e.g. {sweep / '2'}); move those out of the sweep" in message
+
+
+def test_cli_refuses_another_experiments_sweep_in_one_line(tmp_path):
+    sweep = write_sweep(tmp_path / "s", tau_records("s20_exp1"))
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "make_tables.py"), "b18_tau",
+                             "--sweep-dir", str(sweep), "--out", str(tmp_path / "t")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr.startswith("Error: ") and result.stderr.count("\n") == 1
+    assert "experiment s20_exp1, not b18_tau" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "t").exists()
+
+
 # ------------------------------------------------------------------------- other sweep tables
 
 
@@ -147,7 +199,8 @@ def test_s20_takes_top1_from_val_top1_runs_and_top5_from_val_top5_runs(tmp_path)
         record(seed=1, selection="val/top1", test={"top1": 78.0, "top5": 1.0}, **keys),
         record(seed=0, selection="val/top5", test={"top1": 1.0, "top5": 95.0}, **keys),
     ]
-    table = build_table("s20_cifar", sweep_dir=write_sweep(tmp_path / "s", records))
+    sweep = write_sweep(tmp_path / "s", records, experiment="s20_cifar")
+    table = build_table("s20_cifar", sweep_dir=sweep)
     published = paper_row("s20_table1_cifar100", model="resnet18", augment="cutout", loss="ce")
     top1 = cell(table.tidy, model="resnet18", augment="cutout", loss="ce", metric="top1")
     top5 = cell(table.tidy, model="resnet18", augment="cutout", loss="ce", metric="top5")
@@ -156,7 +209,8 @@ def test_s20_takes_top1_from_val_top1_runs_and_top5_from_val_top5_runs(tmp_path)
     assert "top1: models selected by val/top1 (as S20)." in table.preamble
 
     only_top5 = [record(seed=0, selection="val/top5", test={"top1": 70.0, "top5": 95.0}, **keys)]
-    table = build_table("s20_cifar", sweep_dir=write_sweep(tmp_path / "t", only_top5))
+    sweep = write_sweep(tmp_path / "t", only_top5, experiment="s20_cifar")
+    table = build_table("s20_cifar", sweep_dir=sweep)
     assert cell(table.tidy, model="resnet18", augment="cutout", loss="ce", metric="top1")["mean"] == 70.0
     assert any("top1: models selected by val/top5 (no run selected by val/top1" in n for n in table.preamble)
 
@@ -169,7 +223,8 @@ def test_b18_tau_reads_train_top5_at_the_best_epoch_and_hinge_is_tau_zero(tmp_pa
         record(seed=0, loss="hinge", params={"loss.k": 5}, test={"top5": 11.0}, best_epoch=1),
         record(seed=0, loss="ce", test={"top5": 99.0}),  # not part of Table 6
     ]
-    sweep = write_sweep(tmp_path / "s", records, histories=[history, history, history, None])
+    sweep = write_sweep(tmp_path / "s", records, histories=[history, history, history, None],
+                        experiment="b18_tau")
     tidy = build_table("b18_tau", sweep_dir=sweep).tidy
     train = cell(tidy, tau=0.1, metric="train_top5")
     assert (train["mean"], train["n"]) == (52.5, 2)
@@ -183,7 +238,8 @@ def test_b18_tau_reads_train_top5_at_the_best_epoch_and_hinge_is_tau_zero(tmp_pa
 def test_b18_imagenet_null_train_size_is_the_full_row(tmp_path):
     records = [record(loss=loss, params={"dataset.train_size": size}, test={"top5": 80.0})
                for loss in ("ce", "smooth_svm") for size in (None, 64000)]
-    table = build_table("b18_imagenet", sweep_dir=write_sweep(tmp_path / "s", records))
+    sweep = write_sweep(tmp_path / "s", records, experiment="b18_imagenet")
+    table = build_table("b18_imagenet", sweep_dir=sweep)
     full = cell(table.tidy, train_images=1230000, loss="smooth_svm")
     assert full["n"] == 1 and full["paper"] == paper_row(
         "b18_table2_imagenet_subsets", train_images=1230000, loss="smooth_svm")["top5"]
@@ -193,7 +249,8 @@ def test_b18_imagenet_null_train_size_is_the_full_row(tmp_path):
 def test_g22_epsilon_val_top5(tmp_path):
     records = [record(seed=s, loss="noised_bal", params={"loss.epsilon": 0.1}, val={"top5": v})
                for s, v in enumerate((94.0, 95.0))]
-    table = build_table("g22_epsilon", sweep_dir=write_sweep(tmp_path / "s", records))
+    sweep = write_sweep(tmp_path / "s", records, experiment="g22_epsilon")
+    table = build_table("g22_epsilon", sweep_dir=sweep)
     row = cell(table.tidy, epsilon=0.1)
     assert (row["mean"], row["paper"]) == (94.5, paper_row("g22_table2_epsilon", epsilon=0.1)["val_top5"])
     assert list(table.sections[0][1].columns) == ["ours", "paper", "ours − paper"]
@@ -204,7 +261,8 @@ def test_g22_plantnet_uses_each_rows_k(tmp_path):
         record(loss="ce", params={"k": 3}, test={"top3": 93.0, "macro_top3": 60.0, "top5": 1.0}),
         record(loss="noised_imbal", params={"loss.k": 5}, test={"top5": 96.0, "macro_top5": 73.0}),
     ]
-    table, files = make_table("g22_plantnet", tmp_path / "t", sweep_dir=write_sweep(tmp_path / "s", records))
+    sweep = write_sweep(tmp_path / "s", records, experiment="g22_plantnet")
+    table, files = make_table("g22_plantnet", tmp_path / "t", sweep_dir=sweep)
     macro = cell(table.tidy, k=3, loss="ce", metric="macro_topK")
     assert (macro["mean"], macro["paper"]) == (60.0, paper_row("g22_tables5_7_plantnet", k=3, loss="ce")["macro_topk"])
     plain = cell(table.tidy, k=5, loss="noised_imbal", metric="topK")
@@ -219,7 +277,8 @@ def test_g22_imagenet_lt_has_no_paper_numbers(tmp_path):
     records = [record(loss="ce", params={"k": 5}, test=test),
                record("failed", 1, "ce", {"k": 5}), record("running", 2, "ce", {"k": 5}),
                record(loss="noised_bal", params={"loss.k": 5}, test=test)]
-    table, files = make_table("g22_imagenet_lt", tmp_path / "t", sweep_dir=write_sweep(tmp_path / "s", records))
+    sweep = write_sweep(tmp_path / "s", records, experiment="g22_imagenet_lt")
+    table, files = make_table("g22_imagenet_lt", tmp_path / "t", sweep_dir=sweep)
     few = cell(table.tidy, k=5, loss="ce", metric="few_topK")
     assert (few["mean"], few["failed"], few["running"]) == (40.0, 1, 1) and math.isnan(few["paper"])
     wide = table.sections[0][1]
@@ -233,7 +292,8 @@ def test_g22_time_ratios_to_ce(tmp_path):
         record(loss="smooth_svm", params={"loss.k": 10}, epoch_seconds=18.0),
         record(loss="noised_bal", params={"loss.k": 5, "loss.n_samples": 3}, epoch_seconds=13.2),
     ]
-    table = build_table("g22_time", sweep_dir=write_sweep(tmp_path / "s", records))
+    sweep = write_sweep(tmp_path / "s", records, experiment="g22_time")
+    table = build_table("g22_time", sweep_dir=sweep)
     paper = paper_results.load("g22_fig3_epoch_time")
     paper_ce = paper[paper["loss"] == "ce"]["epoch_seconds"].iloc[0]  # given once, at K = 5
     svm = cell(table.tidy, k=10, loss="smooth_svm")
@@ -333,7 +393,8 @@ def test_every_published_number_stands_in_its_cell(tmp_path, table_id):
     """Each table has a cell for every (row, column, metric) of its published CSV, holding that
     number, even when no run has finished (here: one failed run)."""
     spec = TABLES[table_id]
-    table = build_table(table_id, sweep_dir=write_sweep(tmp_path / "s", [record(status="failed")]))
+    sweep = write_sweep(tmp_path / "s", [record(status="failed")], experiment=table_id)
+    table = build_table(table_id, sweep_dir=sweep)
     published = paper_cells(spec)
     assert len(published) > 0
     tidy = table.tidy.assign(

@@ -10,7 +10,8 @@
   B18 Table 6's final numbers beside ours.
 
 Failed, interrupted, still-running and missing runs are counted in the CSV and the markdown and
-never averaged in. The three newer figures read their sweeps with :mod:`topk.tables`' loaders.
+never averaged in. Every figure reads its sweep with :mod:`topk.tables`' loaders and refuses a
+sweep holding runs of another experiment, or of none (:func:`topk.tables.check_experiment`).
 """
 
 from __future__ import annotations
@@ -86,13 +87,19 @@ COUNTS_LEGEND = (
 
 
 def load_runs(sweep_dir: Path, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
+    """:func:`runs_table` of every run record below ``sweep_dir``."""
+    return runs_table(find_results(sweep_dir), parameter, metrics)
+
+
+def runs_table(records: Iterable[Mapping], parameter: str,
+               metrics=("top1", "top2")) -> pd.DataFrame:
     """One row per run record: status, loss, seed, the swept parameter and test metrics.
 
     Runs that failed or did not finish are kept with empty metrics (so they can be counted) and
     left out of every mean.
     """
     rows = []
-    for record in find_results(sweep_dir):
+    for record in records:
         row = {
             "run_dir": record["run_dir"],
             "status": record["status"],
@@ -193,13 +200,6 @@ def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
     return fig
 
 
-def _display_path(path: Path) -> str:
-    try:
-        return str(Path(path).resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
 def _span(values: pd.Series) -> float:
     values = values.astype(float)
     return float(values.max() - values.min()) or 1.0
@@ -210,12 +210,10 @@ def make_s20_figure(experiment: str, sweep_dir: Path, out_dir: Path) -> dict[str
     if experiment not in S20_FIGURES:
         raise ValueError(f"unknown figure {experiment!r}; choose one of {', '.join(S20_FIGURES)}")
     figure = S20_FIGURES[experiment]
-    runs = load_runs(sweep_dir, figure.parameter)
-    if runs.empty:
-        raise FileNotFoundError(f"no run record (results.json) under {sweep_dir}")
-    summary = summarise(runs, figure.parameter)
+    sweep = read_sweep(sweep_dir, experiment)
+    summary = summarise(runs_table(sweep.records, figure.parameter), figure.parameter)
     markdown = (
-        f"# {figure.title}\n\nSweep: `{_display_path(sweep_dir)}`; test accuracy (%) over seeds "
+        f"# {figure.title}\n\n{sweep.header}\n\nTest accuracy (%) over seeds "
         "(runs: completed runs; not_completed: failed or unfinished runs, left out of the means)."
         "\n\n" + summary.to_markdown(index=False, floatfmt=".2f")
         + "\n\nBest mean per setting (losses within 0.05 points tie; `ce_minus_best_other`: CE's "
@@ -255,14 +253,15 @@ class Sweep:
 
 
 def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
-    """Read a sweep with :func:`topk.tables.load_records` and count its runs.
+    """Read a sweep with :func:`topk.tables.load_records`, check that its runs are runs of
+    ``experiment`` and count them.
 
     Parameters
     ----------
     sweep_dir : Path
         A Hydra multirun directory (one sub-directory per job).
     experiment : str
-        The experiment id, named in the error message.
+        The experiment the figure belongs to: every readable record must name it.
 
     Returns
     -------
@@ -272,6 +271,8 @@ def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
     ------
     FileNotFoundError
         No readable ``results.json`` below ``sweep_dir``; the message names the command to run.
+    ConfigError
+        Runs of another experiment, or of none, in the sweep (:func:`topk.tables.check_experiment`).
     """
     sweep_dir = Path(sweep_dir)
     records, unreadable = tables.load_records(sweep_dir)
@@ -279,6 +280,7 @@ def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
         found = f" ({len(unreadable)} unreadable)" if unreadable else ""
         raise FileNotFoundError(f"no readable run record (results.json) under {sweep_dir}{found}; "
                                 f"run `python train.py -m +experiment={experiment}` first.")
+    tables.check_experiment(records, experiment, sweep_dir)
     jobs, seeds = tables.expected_runs(sweep_dir)
     header = tables.header_line(sweep_dir, tables.run_counts(records, unreadable, jobs))
     return Sweep(sweep_dir, records, header, seeds)

@@ -5,7 +5,8 @@ from, which metrics it gives, and which published CSV (``topk/paper_results/``) 
 One generic path reads the records, aggregates each cell over completed seeds (mean, std with
 ddof=1, seed count; failed, interrupted, unfinished and missing runs counted apart, never
 averaged in), joins the paper's numbers and writes ``<id>.md``, ``<id>.csv`` (tidy, one row per
-cell and metric) and ``<id>.tex``. ``b18_speed`` reads ``outputs/bench/losses.json``
+cell and metric) and ``<id>.tex``. A sweep holding runs of another experiment than the table's,
+or of none, is refused (:func:`check_experiment`). ``b18_speed`` reads ``outputs/bench/losses.json``
 (``scripts/bench_losses.py``) instead of run records.
 """
 
@@ -24,6 +25,7 @@ import pandas as pd
 import yaml
 
 from topk import paper_results
+from topk.errors import ConfigError
 from topk.records import latest_sweep_dir, read_results
 
 FIELDS = ("ours", "paper", "ours − paper")
@@ -387,6 +389,60 @@ def load_records(sweep_dir: Path) -> tuple[list[dict], list[str]]:
     return records, unreadable
 
 
+def _experiment_of(record: Mapping) -> str | None:
+    """The record's ``experiment`` as text; ``None`` for a run without ``+experiment``."""
+    name = record.get("experiment")
+    return None if name is None else str(name)
+
+
+def _experiments_text(names: set) -> str:
+    """``{"s20_exp1", None}`` → "experiment s20_exp1 and of no experiment (...)"."""
+    named = sorted(name for name in names if name is not None)
+    parts = [f"experiment{'s' if len(named) > 1 else ''} {', '.join(named)}"] if named else []
+    if None in names:
+        parts.append("no experiment (`experiment: null` in their results.json, a sweep run "
+                     "without +experiment)")
+    return " and of ".join(parts)
+
+
+def check_experiment(records: list[dict], experiment: str, sweep_dir: Path) -> None:
+    """Refuse a sweep whose run records are not all runs of ``experiment``.
+
+    A table or figure sets one experiment's runs beside one paper's numbers: runs of another
+    experiment, or of none (``experiment: null``, a sweep run without ``+experiment``), would
+    fill its cells with numbers of another setting. A sweep that mixes such runs with the
+    experiment's own is refused as well, rather than filtered, so that no run is left out
+    silently; the message names a run to move out.
+
+    Parameters
+    ----------
+    records : list of dict
+        The sweep's readable records (:func:`load_records`); unreadable ones are not checked.
+    experiment : str
+        The experiment the table or figure belongs to (its id).
+    sweep_dir : Path
+        The sweep, named in the message.
+
+    Raises
+    ------
+    ConfigError
+        One sentence naming the experiment(s) found and the sweep to point at instead.
+    """
+    strangers = [record for record in records if _experiment_of(record) != experiment]
+    if not strangers:
+        return
+    found = _experiments_text({_experiment_of(record) for record in strangers})
+    command = f"`python train.py -m +experiment={experiment}`"
+    own = len(records) - len(strangers)
+    if own:
+        raise ConfigError(
+            f"{_display_path(sweep_dir)} mixes {own} run(s) of {experiment} with "
+            f"{len(strangers)} run(s) of {found} (e.g. {_display_path(strangers[0]['run_dir'])}); "
+            f"move those out of the sweep, or point --sweep-dir at a sweep of {command} alone.")
+    raise ConfigError(f"{_display_path(sweep_dir)} holds runs of {found}, not {experiment}; "
+                      f"point --sweep-dir at a sweep of {command}.")
+
+
 def sweep_overrides(sweep_dir: Path) -> dict:
     """Hydra's sweep overrides of ``multirun.yaml`` (config ``hydra.sweeper.params`` then the
     command line's, which win), parsed by Hydra, by key; ``{}`` if absent or unreadable."""
@@ -736,7 +792,8 @@ def _latex(frame: pd.DataFrame, caption: str) -> str:
 
 
 def build_sweep_table(spec: TableSpec, sweep_dir: Path) -> Table:
-    """Read the sweep's records and build ``spec``'s table (see :func:`cell_table`)."""
+    """Read the sweep's records and build ``spec``'s table (see :func:`cell_table`); a sweep
+    with runs of another experiment than ``spec.id`` is refused (:func:`check_experiment`)."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
         raise FileNotFoundError(f"no sweep directory {sweep_dir}; run `python train.py -m "
@@ -745,15 +802,13 @@ def build_sweep_table(spec: TableSpec, sweep_dir: Path) -> Table:
     if not records and not unreadable:
         raise FileNotFoundError(f"no run record (results.json) under {sweep_dir}; run "
                                 f"`python train.py -m +experiment={spec.id}` first.")
+    check_experiment(records, spec.id, sweep_dir)
     jobs, seeds = expected_runs(sweep_dir)
     cells = cell_table(spec, records, seeds)
-    others = sorted({str(r.get("experiment")) for r in records if r.get("experiment")} - {spec.id})
     preamble = [header_line(sweep_dir, run_counts(records, unreadable, jobs)), cell_legend(spec.unit)]
     if spec.paper:
         preamble.append(f"Paper: `topk/paper_results/{spec.paper}.csv`.")
     preamble += spec.notes(spec.context(records))
-    if others:
-        preamble.append(f"Records of other experiments in this sweep: {', '.join(others)}.")
     tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
     return Table(spec.id, spec.title, preamble, sections(spec, cells), tidy)
 
@@ -940,6 +995,8 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
     ------
     FileNotFoundError
         No sweep, no run record, or no benchmark file; the message names the command to run.
+    ConfigError
+        The sweep holds runs of another experiment or of none (:func:`check_experiment`).
     """
     if table_id not in TABLES:
         raise ValueError(f"unknown table {table_id!r}; choose one of {', '.join(sorted(TABLES))}")

@@ -18,6 +18,11 @@ superclass. ``noise_groups="published_code"`` reproduces it for comparison. The 
 made for all 50,000 training images in file order from a generator seeded with the run seed, so a
 sample's noisy label depends only on ``(seed, p)`` and the noisy sets are nested in ``p``.
 
+A missing folder or file is a :class:`~topk.errors.ConfigError` (``dataset.root`` is wrong); a
+file that is there but broken (random or truncated bytes, other entries, arrays of the wrong
+shape, labels out of range) is a :class:`~topk.errors.DataError` naming it and saying to fetch
+the release again.
+
 Images stay uint8 in memory; normalisation (``CIFAR100_MEAN`` / ``CIFAR100_STD``) and
 augmentation happen later, on the device.
 """
@@ -34,12 +39,13 @@ import numpy as np
 import torch
 
 from topk.data.splits import DataSplits, TensorSplit, balanced_subset
-from topk.errors import ConfigError
+from topk.errors import ConfigError, DataError
 
 FOLDER = "cifar-100-python"
 FILES = ("train", "test", "meta")
 IMAGE_SHAPE = (3, 32, 32)
 NUM_CLASSES = 100
+NUM_SUPERCLASSES = 20
 
 CIFAR100_MEAN = (125.3 / 255.0, 123.0 / 255.0, 113.9 / 255.0)
 CIFAR100_STD = (63.0 / 255.0, 62.1 / 255.0, 66.7 / 255.0)
@@ -77,43 +83,97 @@ class CifarPart:
     coarse: torch.Tensor
 
 
+def _redownload(path: Path) -> str:
+    """What to do about a broken file of the release: fetch the release again."""
+    folder = Path(path).parent
+    return (f"download the official cifar-100-python archive again and unpack it into "
+            f"{folder.parent}, or delete {folder} and set dataset.download=true")
+
+
+def _describe(error: Exception) -> str:
+    """``UnpicklingError: invalid load key, 'x'.``, or the bare type where it says nothing."""
+    return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+
+
 def _unpickle(path: Path) -> dict:
-    with open(path, "rb") as handle:
-        return pickle.load(handle, encoding="bytes")
+    """The dict pickled in one file of the release.
+
+    Raises
+    ------
+    DataError
+        The file is not a pickle (random bytes), is cut short, or holds something else than a
+        dict; the message names the file and says to fetch the release again.
+    """
+    try:
+        with open(path, "rb") as handle:
+            entry = pickle.load(handle, encoding="bytes")
+    except Exception as error:  # broken bytes raise many types: EOFError, UnpicklingError, ...
+        raise DataError(f"{path} is not a readable CIFAR-100 python pickle ({_describe(error)}); "
+                        f"{_redownload(path)}.") from error
+    if not isinstance(entry, dict):
+        raise DataError(f"{path} holds a pickled {type(entry).__name__}, not the dict of the "
+                        f"CIFAR-100 python release; {_redownload(path)}.")
+    return entry
 
 
 def _get(entry: dict, key: str, path: Path):
     for candidate in (key.encode(), key):
         if candidate in entry:
             return entry[candidate]
-    raise ConfigError(
-        f"{path} has no '{key}' entry, so it is not the official CIFAR-100 python release; {_WHERE}."
-    )
+    raise DataError(f"{path} has no '{key}' entry, so it is not a file of the official CIFAR-100 "
+                    f"python release; {_redownload(path)}.")
+
+
+def _array(entry: dict, key: str, path: Path, dtype) -> np.ndarray:
+    """``entry[key]`` as a numpy array of ``dtype``; an entry that is not one raises DataError."""
+    try:
+        return np.asarray(_get(entry, key, path), dtype=dtype)
+    except (TypeError, ValueError, OverflowError) as error:
+        kind = np.dtype(dtype).name
+        raise DataError(f"{path} has a '{key}' entry that is not an array of {kind} "
+                        f"({_describe(error)}); {_redownload(path)}.") from error
 
 
 def read_cifar100_part(path: str | Path) -> CifarPart:
-    """Read the official ``train`` or ``test`` pickle into uint8 images and fine/coarse labels."""
+    """Read the official ``train`` or ``test`` pickle into uint8 images and fine/coarse labels.
+
+    Raises
+    ------
+    DataError
+        The file cannot be unpickled, lacks an entry, or holds arrays of the wrong shape.
+    """
     path = Path(path)
     entry = _unpickle(path)
-    data = np.asarray(_get(entry, "data", path), dtype=np.uint8)
-    fine = torch.as_tensor(np.asarray(_get(entry, "fine_labels", path), dtype=np.int64))
-    coarse = torch.as_tensor(np.asarray(_get(entry, "coarse_labels", path), dtype=np.int64))
-    if data.ndim != 2 or data.shape[1] != math.prod(IMAGE_SHAPE) or len(fine) != len(data):
-        raise ConfigError(
-            f"{path} holds data of shape {data.shape} with {len(fine)} labels instead of "
-            f"[N, 3072] images with N labels; {_WHERE}."
+    data = _array(entry, "data", path, np.uint8)
+    fine = _array(entry, "fine_labels", path, np.int64)
+    coarse = _array(entry, "coarse_labels", path, np.int64)
+    images = data.ndim == 2 and data.shape[1] == math.prod(IMAGE_SHAPE)
+    if not images or fine.shape != (len(data),) or coarse.shape != (len(data),):
+        raise DataError(
+            f"{path} holds data of shape {data.shape}, fine labels of shape {fine.shape} and "
+            f"coarse labels of shape {coarse.shape} instead of [N, 3072] images and N labels of "
+            f"each kind; {_redownload(path)}."
         )
     x = torch.from_numpy(data.reshape(-1, *IMAGE_SHAPE).copy())
-    return CifarPart(x=x, fine=fine, coarse=coarse)
+    return CifarPart(x=x, fine=torch.from_numpy(fine), coarse=torch.from_numpy(coarse))
 
 
 def read_cifar100_meta(path: str | Path) -> tuple[list[str], list[str]]:
-    """Fine and coarse label names from the official ``meta`` pickle."""
+    """Fine and coarse label names from the official ``meta`` pickle.
+
+    Raises
+    ------
+    DataError
+        The file cannot be unpickled, or lacks a list of names.
+    """
     path = Path(path)
     entry = _unpickle(path)
     names = []
     for key in ("fine_label_names", "coarse_label_names"):
         values = _get(entry, key, path)
+        if not isinstance(values, (list, tuple)):
+            raise DataError(f"{path} has a '{key}' entry of type {type(values).__name__} instead "
+                            f"of a list of names; {_redownload(path)}.")
         names.append([v.decode() if isinstance(v, bytes) else str(v) for v in values])
     return names[0], names[1]
 
@@ -193,13 +253,21 @@ def noisy_labels(
     return torch.where(flip, replacement, fine)
 
 
+def _check_label_range(labels: torch.Tensor, count: int, kind: str, path: Path) -> None:
+    """Raise DataError unless every ``kind`` label of ``path`` lies in ``0..count - 1``."""
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= count):
+        raise DataError(f"{path} has {kind} labels outside 0..{count - 1}, so it is not a file of "
+                        f"the official CIFAR-100 python release; {_redownload(path)}.")
+
+
 def _check_coarse_consistent(fine: torch.Tensor, coarse: torch.Tensor, path: Path) -> None:
+    """Raise DataError if a fine label of ``path`` comes with two coarse labels."""
     mapping = torch.full((int(fine.max()) + 1,), -1, dtype=torch.int64)
     mapping[fine] = coarse
     if not torch.equal(mapping[fine], coarse):
-        raise ConfigError(
-            f"{path} gives one fine label more than one coarse label, so it is not the official "
-            f"CIFAR-100 release; {_WHERE}."
+        raise DataError(
+            f"{path} gives one fine label more than one coarse label, so it is not a file of the "
+            f"official CIFAR-100 python release; {_redownload(path)}."
         )
 
 
@@ -230,6 +298,14 @@ def cifar100(
         ``"coarse"`` (true superclasses) or ``"published_code"`` (``label - label % 5 + u``).
     split_seed : int
         Seed of the train/validation split, fixed across runs.
+
+    Raises
+    ------
+    ConfigError
+        A setting is invalid, the folder or one of its files is missing, or the download failed.
+    DataError
+        A file of the release is broken (not a pickle, cut short) or holds something else than
+        the release's entries; the message names the file and says to fetch the release again.
     """
     if not (isinstance(noise, numbers.Real) and 0.0 <= float(noise) <= 1.0):
         raise ConfigError(
@@ -243,9 +319,16 @@ def cifar100(
     folder = _locate(root, download)
     train_part = read_cifar100_part(folder / "train")
     test_part = read_cifar100_part(folder / "test")
-    fine_names, _ = read_cifar100_meta(folder / "meta")
+    fine_names, coarse_names = read_cifar100_meta(folder / "meta")
     num_classes = len(fine_names) or NUM_CLASSES
+    num_coarse = len(coarse_names) or NUM_SUPERCLASSES
+    for part, name in ((train_part, "train"), (test_part, "test")):
+        _check_label_range(part.fine, num_classes, "fine", folder / name)
+        _check_label_range(part.coarse, num_coarse, "coarse", folder / name)
     n_full = len(train_part.fine)
+    if n_full == 0:
+        raise DataError(f"{folder / 'train'} holds no image; {_redownload(folder / 'train')}.")
+    _check_coarse_consistent(train_part.fine, train_part.coarse, folder / "train")
     if (
         isinstance(val_size, bool)
         or not isinstance(val_size, numbers.Integral)
@@ -255,12 +338,6 @@ def cifar100(
             f"dataset.val_size must be a whole number from 0 to {n_full - 1} (training images "
             f"to hold out), got {val_size}."
         )
-    for part, name in ((train_part, "train"), (test_part, "test")):
-        if len(part.fine) and (int(part.fine.min()) < 0 or int(part.fine.max()) >= num_classes):
-            raise ConfigError(
-                f"{folder / name} has fine labels outside 0..{num_classes - 1}; {_WHERE}."
-            )
-    _check_coarse_consistent(train_part.fine, train_part.coarse, folder / "train")
 
     val_idx = validation_indices(train_part.fine, int(val_size), split_seed)
     is_train = torch.ones(n_full, dtype=torch.bool)
