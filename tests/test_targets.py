@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import compose_config
-from topk.losses.targets import expected_over_targets
+from topk.losses.targets import expected_over_targets, loss_inputs
 
 
 def per_label_cross_entropy(scores, labels):
@@ -27,6 +27,18 @@ def test_expected_over_targets_is_the_mixup_combination():
     torch.testing.assert_close(got, F.cross_entropy(scores, target, reduction="none"))
     torch.testing.assert_close(expected_over_targets(per_label_cross_entropy, scores, y_a),
                                per_label_cross_entropy(scores, y_a))
+
+
+def test_loss_inputs_upcasts_half_scores_and_converts_targets_once():
+    scores = torch.randn(3, 4, dtype=torch.bfloat16)
+    checked_scores, labels = loss_inputs(scores, torch.tensor([0, 3, 1], dtype=torch.uint8))
+    assert checked_scores.dtype == torch.float32 and labels.dtype == torch.int64
+    assert labels.tolist() == [0, 3, 1]
+    _, probabilities = loss_inputs(scores, torch.full((3, 4), 0.25, dtype=torch.float16))
+    assert probabilities.dtype == torch.float32
+    double = torch.randn(3, 4, dtype=torch.float64)
+    same_scores, int64_labels = loss_inputs(double, torch.tensor([0, 3, 1]))
+    assert same_scores is double and int64_labels.dtype == torch.int64
 
 
 def test_train_passes_data_arguments_only_to_constructors_that_ask():

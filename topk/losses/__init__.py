@@ -1,8 +1,15 @@
 """Top-k losses. Each is an ``nn.Module``: ``loss(scores [B, n], target) -> scalar`` where
-``target`` is int64 labels ``[B]`` or a probability matrix ``[B, n]`` (DESIGN §4).
+``target`` is integer labels ``[B]`` or a probability matrix ``[B, n]`` (DESIGN §4).
 
-``ce`` is torch's own :class:`torch.nn.CrossEntropyLoss`, which accepts both target forms. The
-config name of each loss (``conf/loss/<name>.yaml``) is given beside it.
+Every loss here keeps the same contract at its edges, checked in one place
+(:func:`topk.losses.targets.loss_inputs`, whose module docstring states it in full): labels of
+any integer dtype; ``ValueError`` for scores that are not a ``[batch, classes]`` matrix, for an
+empty batch and for NaN or infinite scores; float16 and bfloat16 scores computed in float32,
+the loss returned in float32.
+
+``ce`` is torch's own :class:`torch.nn.CrossEntropyLoss`, which accepts both target forms and
+follows torch's rules rather than this contract (e.g. int64 or uint8 labels only, NaN for an
+empty batch). The config name of each loss (``conf/loss/<name>.yaml``) is given beside it.
 """
 
 from torch.nn import CrossEntropyLoss  # ce

@@ -10,7 +10,7 @@ from topk.errors import ConfigError
 class TopKLoss(nn.Module):
     """Holds and checks ``k``; the class count is checked against it at every call."""
 
-    def __init__(self, k: int = 2):
+    def __init__(self, k: int = 5):
         super().__init__()
         if k < 1:
             raise ConfigError(f"loss.k must be at least 1, got {k}.")

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from topk.errors import ConfigError
 from topk.losses.base import TopKLoss
-from topk.losses.targets import check_k, check_scores, expected_over_targets
+from topk.losses.targets import check_k, expected_over_targets, loss_inputs
 
 
 def _label_scores(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -65,7 +65,7 @@ class _HingeLoss(TopKLoss):
         raise NotImplementedError
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        check_scores(scores)
+        scores, target = loss_inputs(scores, target)
         check_k(self.k, scores.shape[1])
         return expected_over_targets(self.per_label_loss, scores, target).mean()
 
@@ -86,7 +86,7 @@ class TopKHingeLoss(_HingeLoss):
     alpha : float
         Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -110,7 +110,7 @@ class ConvexTopKHingeLoss(_HingeLoss):
     alpha : float
         Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -134,7 +134,7 @@ class CalibratedTopKHingeLoss(_HingeLoss):
     alpha : float
         Margin ``α ≥ 0`` (1 in Yang & Koyejo and G22).
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from topk.errors import ConfigError
-from topk.losses.targets import check_scores, expected_over_targets
+from topk.losses.targets import expected_over_targets, loss_inputs
 
 
 def ldam_margins(class_counts: Sequence[int] | None, max_margin: float) -> torch.Tensor:
@@ -41,8 +41,10 @@ def ldam_margins(class_counts: Sequence[int] | None, max_margin: float) -> torch
 
 
 def margins_for(margins: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """The per-class ``margins`` in the scores' dtype and device, checked against their class count."""
-    check_scores(scores)
+    """The per-class ``margins`` in the scores' dtype and device, checked against their class count.
+
+    ``scores`` are those :func:`~topk.losses.targets.loss_inputs` returns.
+    """
     if len(margins) != scores.shape[1]:
         raise ValueError(
             f"loss.class_counts has {len(margins)} classes but the scores have {scores.shape[1]}; "
@@ -86,7 +88,7 @@ class FocalLoss(nn.Module):
     gamma : float
         Focusing parameter ``γ ≥ 0`` (Lin et al.'s default 2).
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
     is ``Σ_i t_i ℓ(s, i)``; returns the batch mean.
     """
 
@@ -100,7 +102,7 @@ class FocalLoss(nn.Module):
         return f"gamma={self.gamma}"
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        check_scores(scores)
+        scores, target = loss_inputs(scores, target)
         return expected_over_targets(partial(focal_loss, gamma=self.gamma), scores, target).mean()
 
 
@@ -125,7 +127,7 @@ class LDAMLoss(nn.Module):
     class_counts : list of int
         Training samples per class; ``train.py`` passes the training split's counts.
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
     is ``Σ_i t_i ℓ(s, i)``; returns the batch mean.
     """
 
@@ -140,6 +142,7 @@ class LDAMLoss(nn.Module):
         return f"max_margin={self.max_margin}, scale={self.scale}, classes={len(self.margins)}"
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         per_label = partial(ldam_loss, margins=margins, scale=self.scale)
         return expected_over_targets(per_label, scores, target).mean()

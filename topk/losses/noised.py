@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from topk.functional.perturbed import check_perturbation, perturbed_topk
 from topk.losses.base import TopKLoss
 from topk.losses.margin import check_scale, ldam_margins, margins_for
-from topk.losses.targets import check_k, check_labels, check_scores, target_probabilities
+from topk.losses.targets import check_k, loss_inputs
 
 
 def noised_topk_hinge(
@@ -34,15 +34,13 @@ def noised_topk_hinge(
     ``[n]``. The smoothed threshold does not depend on the label, so a probability target ``t``
     (Mixup) gives ``Σ_i t_i (m_i + top̂ - s_i)_+`` with one noise draw shared by all labels: for
     ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
-    ``generator`` and ``noise`` are passed to ``perturbed_topk``.
+    ``generator`` and ``noise`` are passed to ``perturbed_topk``. ``scores`` and ``target`` are
+    those :func:`~topk.losses.targets.loss_inputs` returns.
     """
-    check_scores(scores)
     check_k(k, scores.shape[1])
     threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise)
     if target.dtype.is_floating_point:
-        probabilities = target_probabilities(scores, target)
-        return (probabilities * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
-    check_labels(scores, target)
+        return (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
     label_scores = scores.gather(1, target[:, None]).squeeze(1)
     return F.relu(margins[target] + threshold - label_scores)
 
@@ -59,7 +57,8 @@ class NoisedTopKHingeLoss(TopKLoss):
     The calibrated top-K hinge (:class:`~topk.losses.hinge.CalibratedTopKHingeLoss`, which it
     equals for ``ε = 0``) with its threshold smoothed by Gaussian perturbation (§3.2). ``B``
     fresh noise vectors ``Z_b ~ N(0, I)`` per sample are drawn at every call from torch's
-    random generator (seed it for reproducible runs), on the scores' device and dtype. The
+    random generator (seed it for reproducible runs), on the scores' device and in their dtype
+    (float32 for float16 and bfloat16 scores, see :mod:`topk.losses.targets`). The
     gradient is G22 eq. 12 (see :func:`~topk.functional.perturbed.perturbed_topk`).
 
     Parameters
@@ -71,11 +70,11 @@ class NoisedTopKHingeLoss(TopKLoss):
     n_samples : int
         Noise vectors ``B`` per sample (G22: 10 on CIFAR-100, 3 to 10 advised, Table 3).
 
-    Accepts int64 labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
+    Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
     """
 
-    def __init__(self, k: int = 5, epsilon: float = 1.0, n_samples: int = 10):
+    def __init__(self, k: int = 5, epsilon: float = 0.2, n_samples: int = 10):
         super().__init__(k)
         check_perturbation(epsilon, n_samples)
         self.epsilon = epsilon
@@ -85,7 +84,7 @@ class NoisedTopKHingeLoss(TopKLoss):
         return f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}"
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        check_scores(scores)
+        scores, target = loss_inputs(scores, target)
         margins = scores.new_ones(scores.shape[1])
         return noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples).mean()
 
@@ -125,7 +124,7 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
     class_counts : list of int
         Training samples per class; ``train.py`` passes the training split's counts.
 
-    Accepts int64 labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
+    Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
     """
 
@@ -154,6 +153,7 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         )
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples)
         return self.scale * hinge.mean()

@@ -8,7 +8,7 @@ from topk.errors import ConfigError
 from topk.functional.esp import LOG_ZERO, log_esp
 from topk.losses.base import TopKLoss
 from topk.losses.hinge import topk_hinge
-from topk.losses.targets import check_k, check_scores, expected_over_targets
+from topk.losses.targets import check_k, expected_over_targets, loss_inputs
 
 
 def smooth_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, tau: float, alpha: float) -> torch.Tensor:
@@ -74,7 +74,7 @@ class SmoothTopKSVM(TopKLoss):
     alpha : float
         Margin ``α ≥ 0`` (the scaling of ``Δ_k``; B18 keeps 1).
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
     is ``Σ_i t_i L_{k,τ}(s, i)`` (the loss has no native soft-target form); returns the batch mean.
     """
 
@@ -91,7 +91,7 @@ class SmoothTopKSVM(TopKLoss):
         return f"k={self.k}, tau={self.tau}, alpha={self.alpha}"
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        check_scores(scores)
+        scores, target = loss_inputs(scores, target)
         check_k(self.k, scores.shape[1])
         if self.tau == 0:
             per_sample = expected_over_targets(

@@ -1,16 +1,48 @@
-"""Checks and conversions shared by every loss (the loss contract, DESIGN §4).
+"""The loss contract: checks and conversions shared by every loss (DESIGN §4).
 
-A loss receives scores ``[B, n]`` and a target that is either int64 labels ``[B]`` or a
-probability matrix ``[B, n]`` whose rows are non-negative and sum to 1 (Mixup's soft labels).
+Every loss's ``forward(scores, target)`` starts with :func:`loss_inputs`, the one place where
+its inputs are checked and converted. The contract, the same for every loss of
+:mod:`topk.losses` (torch's own ``CrossEntropyLoss``, ``loss=ce``, follows torch's rules instead):
+
+- **scores** are a floating-point ``[batch, classes]`` matrix; any other shape raises
+  ``ValueError`` ("scores must be a [batch, classes] matrix, got shape (5,)").
+- **An empty batch** (``batch = 0``) raises ``ValueError`` ("the batch is empty; ..."): the
+  mean over no samples is undefined, and no loss returns NaN or 0 for it.
+- **Non-finite scores** (NaN or ±inf anywhere) raise :class:`NonFiniteScoresError`, a
+  ``ValueError`` and a :class:`~topk.errors.NonFiniteLossError`. This check reads one
+  boolean back from the scores' device per call (:func:`check_finite`); it is kept in that one
+  function so that a sync-free mode can skip it.
+- **Low precision**: float16 and bfloat16 scores are upcast once to float32, the loss is
+  computed in float32 and **returned in float32** (float32 and float64 scores are kept as they
+  are). Gradients flow back to the scores in their own dtype.
+- **target** is either integer labels ``[batch]`` of any integer dtype (int8 to int64, uint8),
+  converted to int64, each in ``[0, classes)``; or a probability matrix ``[batch, classes]``
+  (Mixup's soft labels) of any floating dtype, non-negative, with rows summing to 1 (within
+  ``1e-4``, or the dtype's rounding unit if larger, e.g. for a bfloat16 target), converted to
+  the scores' computation dtype. Boolean targets and out-of-range labels raise ``ValueError``.
+
+The per-label functions of the losses (e.g. :func:`expected_over_targets`) take the checked
+inputs that :func:`loss_inputs` returns and do not check them again.
 """
 
 from __future__ import annotations
 
 import torch
 
-from topk.errors import ConfigError
+from topk.errors import ConfigError, NonFiniteLossError
 
 ROW_SUM_TOLERANCE = 1e-4
+# Score dtypes upcast to float32 before any loss is computed.
+LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+class NonFiniteScoresError(NonFiniteLossError, ValueError):
+    """The scores given to a loss contain NaN or infinite values.
+
+    A ``ValueError`` like every other breach of the loss contract, and a
+    :class:`~topk.errors.NonFiniteLossError`, so that training treats a model whose scores
+    diverged as it treats a loss that did (the run fails with this sentence, a sweep goes on).
+    """
 
 
 def check_k(k: int, num_classes: int, name: str = "k") -> None:
@@ -22,16 +54,62 @@ def check_k(k: int, num_classes: int, name: str = "k") -> None:
         )
 
 
+def loss_inputs(scores: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Check ``scores`` and ``target`` against the loss contract and return them ready to use.
+
+    Returns the scores (upcast to float32 if they are float16 or bfloat16) and the target as
+    int64 labels ``[B]`` or a probability matrix ``[B, n]`` in the scores' new dtype. Raises
+    ``ValueError`` with one sentence naming the problem otherwise (see the module docstring).
+    """
+    check_scores(scores)
+    check_finite(scores)
+    if scores.dtype in LOW_PRECISION:
+        scores = scores.float()
+    return scores, checked_target(scores, target)
+
+
 def check_scores(scores: torch.Tensor) -> None:
+    """Raise unless ``scores`` is a floating-point ``[batch, classes]`` matrix with a sample and a class."""
     if scores.dim() != 2:
         raise ValueError(f"scores must be a [batch, classes] matrix, got shape {tuple(scores.shape)}")
+    if not scores.dtype.is_floating_point:
+        raise ValueError(f"scores must be floating point, got dtype {scores.dtype}")
+    batch, num_classes = scores.shape
+    if batch == 0:
+        raise ValueError(
+            f"the batch is empty; a loss needs at least one sample, got scores of shape {tuple(scores.shape)}"
+        )
+    if num_classes == 0:
+        raise ValueError(f"scores must have at least one class, got shape {tuple(scores.shape)}")
+
+
+def check_finite(scores: torch.Tensor) -> None:
+    """Raise if any score is NaN or infinite.
+
+    This reads one boolean back from the scores' device, which waits for the device to finish
+    computing the scores; it is the only such read of the scores per loss call, kept here so
+    that it can be made optional for a sync-free hot path.
+    """
+    if not bool(torch.isfinite(scores).all()):
+        raise NonFiniteScoresError(
+            "scores contain NaN or infinite values; a loss needs finite scores "
+            "(if the model diverged, lower optim.lr or check the data and the loss parameters)"
+        )
+
+
+def checked_target(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """``target`` checked against ``scores``: int64 labels ``[B]`` or a probability matrix in the scores' dtype."""
+    if target.dtype.is_floating_point:
+        check_probabilities(scores, target)
+        return target.to(scores.dtype)
+    check_labels(scores, target)
+    return target.long()
 
 
 def check_labels(scores: torch.Tensor, labels: torch.Tensor) -> None:
     """Raise unless ``labels`` is an integer vector ``[B]`` of class indices for ``scores``."""
-    check_scores(scores)
     batch, num_classes = scores.shape
-    if labels.dtype.is_floating_point or labels.dtype == torch.bool:
+    if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
         raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
     if labels.shape != (batch,):
         raise ValueError(f"labels must have shape [{batch}] to match the scores, got {tuple(labels.shape)}")
@@ -41,33 +119,26 @@ def check_labels(scores: torch.Tensor, labels: torch.Tensor) -> None:
         raise ValueError(f"label {bad} is out of range for {num_classes} classes (0 to {num_classes - 1})")
 
 
-def target_probabilities(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Return ``target`` as a probability matrix ``[B, n]`` in the scores' dtype.
+def check_probabilities(scores: torch.Tensor, target: torch.Tensor) -> None:
+    """Raise unless ``target`` is a ``[B, n]`` matrix of non-negative rows summing to 1.
 
-    Integer labels become one-hot rows; a probability matrix is checked (shape, non-negative,
-    rows summing to 1) and returned unchanged.
+    The tolerance on the row sums is ``1e-4``, or the rounding unit of the target's dtype if
+    larger (a bfloat16 Mixup row ``λ e_a + (1-λ) e_b`` can be off by half of it). A NaN or
+    infinite entry makes its row's sum fail.
     """
-    check_scores(scores)
-    batch, num_classes = scores.shape
-    if not target.dtype.is_floating_point:
-        check_labels(scores, target)
-        return torch.nn.functional.one_hot(target.long(), num_classes).to(scores.dtype)
     if target.shape != scores.shape:
         raise ValueError(
             f"a probability target must have the scores' shape {tuple(scores.shape)}, "
             f"got {tuple(target.shape)}"
         )
-    if batch:
-        if bool((target < 0).any()):
-            raise ValueError("a probability target has negative entries")
-        row_sums = target.sum(dim=1)
-        worst = (row_sums - 1).abs().max().item()
-        if worst > ROW_SUM_TOLERANCE:
-            raise ValueError(
-                f"the rows of a probability target must sum to 1; one sums to "
-                f"{row_sums[(row_sums - 1).abs().argmax()].item():.6g}"
-            )
-    return target.to(scores.dtype)
+    if bool((target < 0).any()):
+        raise ValueError("a probability target has negative entries")
+    row_sums = target.sum(dim=1, dtype=torch.promote_types(target.dtype, torch.float32))
+    errors = (row_sums - 1).abs()
+    if not errors.max().item() <= max(ROW_SUM_TOLERANCE, torch.finfo(target.dtype).eps):  # NaN fails too
+        raise ValueError(
+            f"the rows of a probability target must sum to 1; one sums to {row_sums[errors.argmax()].item():.6g}"
+        )
 
 
 def check_num_classes_for_k(module: torch.nn.Module, num_classes: int) -> None:
@@ -75,8 +146,6 @@ def check_num_classes_for_k(module: torch.nn.Module, num_classes: int) -> None:
     k = getattr(module, "k", None)
     if k is not None:
         check_k(k, num_classes)
-
-
 
 
 def expected_over_targets(per_label_loss, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -87,13 +156,12 @@ def expected_over_targets(per_label_loss, scores: torch.Tensor, target: torch.Te
     with non-zero mass are evaluated (at most the largest count of non-zeros in a row), so a
     Mixup target ``λ e_a + (1-λ) e_b`` costs two evaluations and gives exactly
     ``λ·L(s, y_a) + (1-λ)·L(s, y_b)``, the form S20 and the loss contract use for hinge-type losses.
+    ``scores`` and ``target`` are those :func:`loss_inputs` returns (they are not checked again).
     """
     if not target.dtype.is_floating_point:
-        check_labels(scores, target)
         return per_label_loss(scores, target)
-    probabilities = target_probabilities(scores, target)
-    support = int((probabilities > 0).sum(dim=1).max()) if len(probabilities) else 1
-    weights, labels = torch.topk(probabilities, max(support, 1), dim=1)
+    support = int((target > 0).sum(dim=1).max())
+    weights, labels = torch.topk(target, support, dim=1)
     batch, width = labels.shape
     repeated = scores.unsqueeze(1).expand(batch, width, scores.shape[1]).reshape(batch * width, -1)
     losses = per_label_loss(repeated, labels.reshape(-1)).reshape(batch, width)

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from topk.losses.base import TopKLoss
-from topk.losses.targets import check_k, check_labels, target_probabilities
+from topk.losses.targets import check_k, loss_inputs
 
 
 def topk_membership(scores: torch.Tensor, target: torch.Tensor, k: int) -> torch.Tensor:
@@ -35,11 +35,11 @@ def topk_grouping_terms(scores: torch.Tensor, target: torch.Tensor, k: int):
     Computed in log-space: ``log Σ_{i≤k} q_[i] = logsumexp(s_top-k) - logsumexp(s)``. Integer
     labels take a shortcut with no sort (see :func:`_hard_label_terms`); a probability target
     takes the general form of eq. 5. Both follow the tie rule of :func:`topk_membership`.
+    ``scores`` and ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns.
     """
     check_k(k, scores.shape[1])
     if target.dtype.is_floating_point:
-        return _soft_target_terms(scores, target_probabilities(scores, target), k)
-    check_labels(scores, target)
+        return _soft_target_terms(scores, target, k)
     return _hard_label_terms(scores, target, k)
 
 
@@ -89,11 +89,11 @@ class TopKGroupingLoss(TopKLoss):
     k : int
         Size of the top-k group, ``1 ≤ k < n``.
 
-    Accepts int64 labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
     """
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        grouping, _, _ = topk_grouping_terms(scores, target, self.k)
+        grouping, _, _ = topk_grouping_terms(*loss_inputs(scores, target), self.k)
         return grouping.mean()
 
 
@@ -115,5 +115,5 @@ class TopKTransitionLoss(TopKLoss):
     """
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        grouping, cross_entropy, mass_topk = topk_grouping_terms(scores, target, self.k)
+        grouping, cross_entropy, mass_topk = topk_grouping_terms(*loss_inputs(scores, target), self.k)
         return ((1 - mass_topk) * cross_entropy + mass_topk * grouping).mean()
