@@ -35,10 +35,12 @@ from topk.data.images import ImageBatches, ImageFileSplit
 from topk.data.transforms import Compose, Normalize
 from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
 from topk.errors import ConfigError, TopkError
+from topk.hydra_callbacks import close_interrupted_sweep
 from topk.losses.targets import check_num_classes_for_k
 from topk.metrics import clip_ks
 from topk.precision import channels_last
-from topk.records import flatten, versions, write_results
+from topk.records import versions, write_results
+from topk.run_dir import check_run_dir, claim, run_params, unwritable_reason
 
 log = logging.getLogger("train")
 
@@ -68,7 +70,7 @@ def base_record(cfg: DictConfig, choices) -> dict:
         "loss": choices.get("loss") or "custom",
         "augment": choices.get("augment") or "custom",
         "seed": int(cfg.seed),
-        "params": flatten(OmegaConf.to_container(cfg, resolve=True)),
+        "params": run_params(cfg),
         "best_epoch": None,
         "selection_metric": cfg.trainer.selection_metric,
         "val": {},
@@ -78,14 +80,64 @@ def base_record(cfg: DictConfig, choices) -> dict:
     }
 
 
-def build(node: DictConfig, **kwargs):
-    """``hydra.utils.instantiate``, letting the framework's own one-sentence errors through."""
+def build(node: DictConfig, group: str, *args, **kwargs):
+    """``hydra.utils.instantiate`` (then the partial it returns called with ``args``, for the
+    optimiser and the schedule), letting the framework's own one-sentence errors through and
+    turning a constructor's refusal of a value into one sentence naming the config group."""
     try:
-        return instantiate(node, **kwargs)
+        built = instantiate(node, **kwargs)
+        return built(*args) if args else built
+    except TopkError:
+        raise
     except InstantiationException as error:
         if isinstance(error.__cause__, TopkError):
             raise error.__cause__ from None
-        raise
+        if not isinstance(error.__cause__, (ValueError, TypeError)):
+            raise
+        refusal = error.__cause__
+    except (ValueError, TypeError) as error:
+        refusal = error
+    raise ConfigError(f"{group} cannot be built ({refusal}); check the {group}.* values.") from None
+
+
+# trainer.* values that must be positive whole numbers, and what null means where it is allowed
+POSITIVE_TRAINER_VALUES = {
+    "epochs": None,
+    "batch_size": "null trains on the full batch",
+    "eval_batch_size": "null evaluates a split at once",
+    "eval_every": None,
+    "checkpoint_every": None,
+    "limit_batches": "null for no limit",
+}
+
+
+def _is_whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_trainer(cfg: DictConfig) -> None:
+    """One sentence for a ``trainer.*`` value (or the top-level ``k``) of the wrong kind, before
+    anything is built."""
+    if not _is_whole(cfg.k) or cfg.k < 1:
+        raise ConfigError(f"k must be a whole number of at least 1, got {cfg.k!r}.")
+    trainer = cfg.trainer
+    for name, null_meaning in POSITIVE_TRAINER_VALUES.items():
+        value = trainer.get(name)
+        if (value is None and null_meaning) or (_is_whole(value) and value >= 1):
+            continue
+        allowed = f" ({null_meaning})" if null_meaning else ""
+        alternative = " or null" if null_meaning else ""
+        raise ConfigError(f"trainer.{name} must be a whole number of at least 1{alternative}{allowed}, got {value!r}.")
+    if not _is_whole(trainer.num_workers) or trainer.num_workers < 0:
+        raise ConfigError(f"trainer.num_workers must be a whole number of at least 0, got {trainer.num_workers!r}.")
+    ks = trainer.ks
+    if not OmegaConf.is_list(ks) or not ks or not all(_is_whole(k) and k >= 1 for k in ks):
+        raise ConfigError(f"trainer.ks must be a list of whole numbers of at least 1, e.g. [1,5], got {ks!r}.")
+    if str(trainer.selection_metric).startswith("test/"):
+        raise ConfigError(
+            f"trainer.selection_metric={trainer.selection_metric} would choose the model on the "
+            "test split; choose on a validation metric (val/...) or use last."
+        )
 
 
 def data_arguments(node: DictConfig, splits) -> dict:
@@ -101,15 +153,12 @@ def data_arguments(node: DictConfig, splits) -> dict:
 
 
 def check_output_dir(run_dir: Path) -> None:
-    probe = run_dir / ".write_test"
-    try:
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as error:
+    reason = unwritable_reason(run_dir)
+    if reason is not None:
         raise ConfigError(
-            f"the output directory {run_dir} cannot be written ({error.strerror}); "
+            f"the output directory {run_dir} cannot be written ({reason}); "
             "choose another with hydra.run.dir=... (or hydra.sweep.dir=... for -m)."
-        ) from None
+        )
 
 
 def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augment, normalize,
@@ -157,20 +206,21 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     trainer = cfg.trainer
     if trainer.num_threads:
         torch.set_num_threads(int(trainer.num_threads))
+    check_trainer(cfg)
     device = device or resolve_device(trainer.device)
     dist_setup.check_global_batch(trainer.batch_size, distributed)
     seed = int(cfg.seed)
     seed_everything(seed)
 
-    splits = build(cfg.dataset, seed=seed)
+    splits = build(cfg.dataset, "dataset", seed=seed)
     train_labels = getattr(splits, "train_labels_full", None)
     if train_labels is not None and distributed.is_main:  # the labels trained on (noisy), -1 where held out
         np.save(run_dir / "train_labels.npy", np.asarray(train_labels, dtype=np.int64))
     if getattr(splits, "noise_rate", None) is not None:
         record["noise_rate"] = float(splits.noise_rate)
-    loss_fn = build(cfg.loss, **data_arguments(cfg.loss, splits))
+    loss_fn = build(cfg.loss, "loss", **data_arguments(cfg.loss, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
-    ks = clip_ks(trainer.ks, splits.num_classes)
+    ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
     if trainer.selection_metric.startswith("val/") and splits.val is None:
         raise ConfigError(
             f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
@@ -178,7 +228,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
             "give the data set a validation split."
         )
 
-    model = build(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
+    model = build(cfg.model, "model", num_classes=splits.num_classes, input_shape=splits.input_shape)
     model.to(device)
     if trainer.channels_last:
         model.to(memory_format=torch.channels_last)
@@ -189,9 +239,9 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         # independent noise (noised losses), Mixup and augmentation draws in each process
         seed_everything(dist_setup.process_seed(seed, distributed))
     loss_fn.to(device)
-    optimizer = build(cfg.optim)(model.parameters())
-    scheduler = build(cfg.schedule)(optimizer)
-    augment = build(cfg.augment, **data_arguments(cfg.augment, splits))
+    optimizer = build(cfg.optim, "optim", model.parameters())
+    scheduler = build(cfg.schedule, "schedule", optimizer)
+    augment = build(cfg.augment, "augment", **data_arguments(cfg.augment, splits))
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
     train_batches = make_batches(splits, "train", trainer, seed, device, augment, normalize, distributed)
@@ -213,6 +263,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         description=f"{record['loss']} seed {record['seed']}",
         class_groups=splits.class_groups,
         amp=str(trainer.amp),
+        config=record["params"],
     )
     result = fit(
         model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
@@ -235,20 +286,33 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     return record
 
 
+def log_to_file_only(message: str) -> None:
+    """Append ``message`` to the run's log file (Hydra's ``train.log``) without echoing it on the
+    console, where :func:`main` prints the same sentence once."""
+    entry = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(entry)
+
+
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``.
 
-    Under torchrun every process runs this; the run directory is rank 0's (the others' Hydra
-    output went to a scratch directory, see :func:`topk.distributed.worker_argv`), and only
-    rank 0 writes in it.
+    The run directory must hold no other run, or be resumed with the configuration its checkpoint
+    remembers (:mod:`topk.run_dir`); a refused run writes nothing. Under torchrun every process
+    runs this; the run directory is rank 0's (the others' Hydra output went to a scratch
+    directory, see :func:`topk.distributed.worker_argv`), and only rank 0 writes in it.
     """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    choices = hydra_cfg.runtime.choices
-    record = base_record(cfg, choices)
+    record = base_record(cfg, hydra_cfg.runtime.choices)
+    resume = bool(cfg.trainer.resume)
     distributed = dist_setup.from_environment()
     if distributed.is_main:
         check_output_dir(run_dir)
+        check_run_dir(run_dir, record["params"], resume, in_sweep=hydra_cfg.mode == RunMode.MULTIRUN)
+        if not resume:
+            claim(run_dir)
         write_results(run_dir, record)
     try:
         try:
@@ -260,43 +324,67 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
             run(cfg, run_dir, record, on_epoch_end, distributed, device)
         except KeyboardInterrupt:  # before training started (fit turns later ones into RunInterrupted)
             raise RunInterrupted(0) from None
-    except RunInterrupted as interruption:
-        record.update(status="interrupted", error=str(interruption))
-        if distributed.is_main:
-            write_results(run_dir, record)
-        raise
     except Exception as error:
-        record.update(status="failed", error=f"{type(error).__name__}: {error}")
+        if isinstance(error, RunInterrupted):
+            record.update(status="interrupted", error=str(error))
+        else:
+            record.update(status="failed", error=f"{type(error).__name__}: {error}")
         if distributed.is_main:
             write_results(run_dir, record)
+            log_to_file_only(f"{record['status']}: {record['error']}")
         raise
     if distributed.is_main:
         write_results(run_dir, record)
-    top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top5")}
+    top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top3", "top5")}
     log.info("completed: test %s; record in %s", top, run_dir / "results.json")
     return record
 
 
+def warn_if_single_run_of_a_sweep(cfg: DictConfig) -> None:
+    """``+experiment=...`` without ``-m`` trains one configuration of the sweep: say so."""
+    params = HydraConfig.get().sweeper.get("params") or {}
+    if cfg.get("experiment") and params:
+        log.warning(
+            "+experiment=%s is a sweep over %s; without -m only this one configuration trains "
+            "(add -m for the whole sweep).", cfg.experiment, ", ".join(params),
+        )
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    """One run prints its error as one sentence and exits 1 (130 when interrupted); in a sweep a
+    failed run prints its sentence and the sweep goes on, while an interrupted one stops it."""
     single_run = HydraConfig.get().mode == RunMode.RUN
     try:  # SIGTERM acts as Ctrl-C; fit() takes both over between batches while it trains
         signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     except ValueError:  # not the main thread (some launchers): Ctrl-C handling still applies
         pass
+    if single_run:
+        warn_if_single_run_of_a_sweep(cfg)
     try:
         train(cfg)
-    except (TopkError, RunInterrupted) as error:
-        if not single_run and isinstance(error, RunInterrupted):
-            raise KeyboardInterrupt from None  # Ctrl-C stops the whole sweep, not just this run
+    except RunInterrupted as interruption:
         if not single_run:
-            raise
-        # One sentence, no traceback: the message says what is wrong and what to do.
-        print(f"Error: {error}", file=sys.stderr)
-        sys.exit(130 if isinstance(error, RunInterrupted) else 1)
+            raise KeyboardInterrupt from None  # stops the whole sweep: one line and exit 130 below
+        print(f"Interrupted: {interruption}; the same command with trainer.resume=true continues "
+              "it.", file=sys.stderr)
+        sys.exit(130)
+    except TopkError as error:
+        if single_run:
+            print(f"Error: {error}", file=sys.stderr)
+            sys.exit(1)
+        print(f"Error in {HydraConfig.get().runtime.output_dir}: {error}", file=sys.stderr)
 
 
 if __name__ == "__main__":
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)
-    main()
+    # SIGTERM acts as Ctrl-C here too: a launcher waiting for its workers (joblib) stops them
+    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
+    try:
+        main()
+    except KeyboardInterrupt:
+        close_interrupted_sweep()
+        print("Interrupted: the records say where each run stopped; the same command with "
+              "trainer.resume=true continues it.", file=sys.stderr)
+        sys.exit(130)

@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_cli, write_tiny_cifar100
+from conftest import SHARED, run_cli, write_tiny_cifar100
 from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD, CifarSplits, cifar100
 from topk.data.fixtures import official_coarse_mapping
 from topk.errors import ConfigError, DataError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
 FINE_TO_COARSE = official_coarse_mapping()
 COARSE_OF = torch.tensor(FINE_TO_COARSE)
 

@@ -141,23 +141,31 @@ def test_sigterm_inside_an_epoch_resumes_from_the_last_checkpoint(tmp_path):
     assert stopped.value.resume_epoch == 2 and calls["count"] == 10
 
 
-def test_resume_without_checkpoint_trains_from_scratch(run_dir):
-
+def test_resume_of_a_run_without_checkpoint_trains_from_scratch(run_dir):
+    with pytest.raises(ConfigError, match="needs a validation split"):
+        run_in_process(run_dir, ["trainer.selection_metric=val/top1"])
+    assert not (run_dir / "checkpoints" / "last.pt").exists()
     record, _ = run_in_process(run_dir, ["trainer.resume=true"])
-    assert record["status"] == "completed"
+    assert record["status"] == "completed" and read_record(run_dir)["best_epoch"] == 4
 
 
-def test_corrupt_checkpoint_stops_with_one_sentence(run_dir):
+def test_resume_without_any_run_is_refused(run_dir):
+    with pytest.raises(ConfigError, match="holds no run to resume"):
+        run_in_process(run_dir, ["trainer.resume=true"])
+    assert not (run_dir / "results.json").exists()
+
+
+def test_corrupt_checkpoint_stops_with_one_sentence_and_the_record_stays(run_dir):
     run_in_process(run_dir, [])
     (run_dir / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(CheckpointError, match="cannot be read .* delete it to train from scratch"):
         run_in_process(run_dir, ["trainer.resume=true"])
-    assert read_record(run_dir)["status"] == "failed"
+    assert read_record(run_dir)["status"] == "completed"
 
 
 def test_nan_loss_fails_the_run_with_a_record(run_dir):
-    with pytest.raises(NonFiniteLossError, match="became nan at epoch"):
-        run_in_process(run_dir, ["optim=sgd", "optim.lr=1e30", "trainer.epochs=20"])
+    with pytest.raises(NonFiniteLossError, match="training loss became (nan|inf) at epoch 1"):
+        run_in_process(run_dir, ["optim=sgd", "optim.lr=1e30", "trainer.batch_size=100"])
     record = read_record(run_dir)
     assert record["status"] == "failed" and "lower optim.lr" in record["error"]
 
@@ -169,7 +177,8 @@ def test_nan_loss_fails_the_run_with_a_record(run_dir):
         (["loss=topk_transition", "loss.k=0"], "loss.k must be at least 1"),
         (["dataset.sigma=-10"], "dataset.sigma .* must be >= 0, got -10"),
         (["trainer.selection_metric=val/top1"], "needs a validation split"),
-        (["trainer.selection_metric=test/top7"], "is not available in this run; choose one of last"),
+        (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
+        (["trainer.selection_metric=test/top1"], "would choose the model on the test split"),
         (["model=mlp", "model.hidden=0"], "model.hidden must be a positive width"),
         (["augment=cutout"], "crops, flips or cuts out images"),
     ],

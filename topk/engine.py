@@ -60,6 +60,7 @@ class FitSettings:
     description: str = "train"
     class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
     amp: str = "off"  # off | bf16 | fp16: autocast of the forward pass (losses stay float32)
+    config: dict | None = None  # the flat resolved run config, remembered by checkpoints/last.pt
 
 
 @dataclass
@@ -329,6 +330,27 @@ def _restore_rng(checkpoint: dict, distributed: Distributed) -> None:
         torch.manual_seed(int(torch.randint(2**62, ())) + distributed.rank)
 
 
+def check_finite_weights(model: torch.nn.Module, epoch: int) -> None:
+    """Raise :class:`NonFiniteLossError` if any weight is NaN or infinite (one read per epoch: a
+    training loss can stay finite while an update sends the weights to infinity)."""
+    finite = torch.stack([parameter.detach().isfinite().all() for parameter in model.parameters()])
+    if not bool(finite.all()):
+        raise NonFiniteLossError(
+            f"the model's weights became NaN or infinite in epoch {epoch}; lower optim.lr or "
+            "check the data and the loss parameters."
+        )
+
+
+def check_finite_metrics(metrics: Mapping[str, Mapping[str, float]]) -> None:
+    """Raise :class:`NonFiniteLossError` if the selected model's loss on a split is not finite."""
+    for split, values in metrics.items():
+        if not math.isfinite(values["loss"]):
+            raise NonFiniteLossError(
+                f"the selected model's {split} loss is {values['loss']}; lower optim.lr or check "
+                "the data and the loss parameters."
+            )
+
+
 def _is_better(value: float, best: float | None, metric: str) -> bool:
     if best is None:
         return True
@@ -419,6 +441,7 @@ def fit(
                 "history": history,
                 "best_epoch": best_epoch,
                 "best_value": best_value,
+                "config": settings.config,
             },
             last_path,
         )
@@ -454,6 +477,7 @@ def fit(
                 precision, distributed,
             )
             scheduler.step()
+            check_finite_weights(model, epoch)
             distributed.sync_buffers(eval_model)
             row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
             if evaluate_now:
@@ -514,6 +538,7 @@ def fit(
         final_metrics[split] = metrics
         per_class[split] = accumulator.per_class()
         samples[split] = int(accumulator.totals.sum())
+    check_finite_metrics(final_metrics)
     seconds = [row["seconds"] for row in history if math.isfinite(row["seconds"])]
     return FitResult(
         best_epoch=best_epoch,

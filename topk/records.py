@@ -7,6 +7,7 @@ Every run, finished or not, leaves a ``results.json`` whose ``status`` is ``comp
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import socket
@@ -61,11 +62,23 @@ def versions() -> dict:
     return found
 
 
+def strict_json(value):
+    """``value`` with every NaN or infinite float replaced by ``None``: strict JSON, which any
+    reader accepts (a failed run's ``error`` says why a number is missing)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return value
+
+
 def write_json_atomic(path: Path, data: Mapping) -> None:
-    """Write JSON through a temporary file, so a kill mid-write never leaves half a file."""
+    """Write strict JSON through a temporary file, so a kill mid-write never leaves half a file."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, allow_nan=True) + "\n")
+    tmp.write_text(json.dumps(strict_json(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
     os.replace(tmp, path)
 
 
@@ -80,8 +93,8 @@ def validate_results(record: Mapping) -> None:
         raise ValueError(f"results.json status {record['status']!r} is not one of {STATUSES}")
     for split in ("val", "test"):
         for name, value in record[split].items():
-            if not isinstance(value, (int, float)):
-                raise ValueError(f"results.json {split}/{name} is not a number")
+            if not isinstance(value, (int, float, type(None))):
+                raise ValueError(f"results.json {split}/{name} is not a number or null")
 
 
 def write_results(run_dir: Path, record: Mapping) -> Path:

@@ -1,0 +1,248 @@
+"""Bad input through ``train.py``: one sentence, the right exit code, nothing lost.
+
+Each case runs ``train.py``'s Hydra entry point in this process (a fifth of a second instead of
+five for a new interpreter) with the real callbacks, and asserts the sentence on stderr, the exit
+code, no traceback, and that an earlier run's files are byte for byte what they were. Signals and
+sweeps run as real processes. The loss library's edges are in ``test_loss_edges.py``, broken
+CIFAR-100 files in ``test_data_cifar.py``, tables given another experiment's sweep in
+``test_tables.py`` and ``test_figures.py``, the top-level ``k`` on every data set in
+``test_defaults.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hydra.core.global_hydra import GlobalHydra
+
+from conftest import CONF, ROOT, run_cli
+
+QUICK = ["trainer.epochs=2", "trainer.progress=false", "trainer.num_threads=1"]
+
+
+def run_main(args) -> tuple[int, str]:
+    """``python train.py ARGS`` in this process: ``(exit code, stderr)``."""
+    import train
+
+    saved_argv, saved_sigterm = sys.argv, signal.getsignal(signal.SIGTERM)
+    flags = [arg for arg in args if arg.startswith("-")]  # -m before the overrides
+    overrides = [arg for arg in args if not arg.startswith("-")]
+    sys.argv = [str(ROOT / "train.py"), "--config-path", str(CONF), *flags, *QUICK, *overrides]
+    stderr, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stderr(stderr):
+            train.main()
+    except SystemExit as stop:
+        code = stop.code if isinstance(stop.code, int) else 1
+        if isinstance(stop.code, str):  # sys.exit("Error: ...") prints its message
+            stderr.write(stop.code + "\n")
+    finally:
+        sys.argv = saved_argv
+        signal.signal(signal.SIGTERM, saved_sigterm)
+        GlobalHydra.instance().clear()
+    return code, stderr.getvalue()
+
+
+def snapshot(directory: Path) -> dict[str, str]:
+    """Every file below ``directory`` and the hash of its bytes."""
+    return {
+        str(path.relative_to(directory)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(directory.rglob("*")) if path.is_file()
+    }
+
+
+def strict_record(run_dir: Path) -> dict:
+    """``results.json``, read as strict JSON (a bare NaN or Infinity fails)."""
+    def refuse(constant):
+        raise ValueError(f"results.json holds {constant}")
+
+    return json.loads((run_dir / "results.json").read_text(), parse_constant=refuse)
+
+
+def assert_one_sentence(code: int, stderr: str, expected_code: int, pattern: str) -> str:
+    """Check the exit code and that stderr holds one ``Error: ...`` line matching ``pattern``,
+    and no traceback; returns the sentence."""
+    assert code == expected_code, stderr
+    assert "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith(("Error", "Interrupted"))]
+    assert len(errors) == 1, stderr
+    assert re.search(pattern, errors[0]), errors[0]
+    return errors[0].partition(": ")[2]
+
+
+@pytest.fixture(scope="module")
+def earlier_run(tmp_path_factory):
+    """A completed run, and the snapshot of its files."""
+    run_dir = tmp_path_factory.mktemp("faults") / "earlier"
+    code, stderr = run_main([f"hydra.run.dir={run_dir}"])
+    assert code == 0, stderr
+    return run_dir, snapshot(run_dir)
+
+
+BAD_VALUES = [
+    (["trainer.batch_size=0"], r"trainer.batch_size must be a whole number of at least 1 or null"),
+    (["trainer.batch_size=abc"], r"trainer.batch_size .* got 'abc'"),
+    (["trainer.batch_size=1.5"], r"trainer.batch_size .* got 1.5"),
+    (["optim.lr=nan"], r"optim cannot be built \(Invalid learning rate: nan\)"),
+    (["optim.lr=-0.1"], r"optim cannot be built \(Invalid learning rate: -0.1\)"),
+    (["optim.weight_decay=-1"], r"optim cannot be built \(Invalid weight_decay value: -1"),
+    (["trainer.ks=[0]"], r"trainer.ks must be a list of whole numbers of at least 1"),
+    (["trainer.limit_batches=0"], r"trainer.limit_batches .*\(null for no limit\)"),
+    (["trainer.eval_every=0"], r"trainer.eval_every must be a whole number of at least 1"),
+    (["trainer.num_workers=-1"], r"trainer.num_workers must be a whole number of at least 0"),
+    (["k=0"], r"^Error: k must be a whole number of at least 1, got 0"),
+    (["trainer.selection_metric=test/top1"], r"would choose the model on the test split"),
+    (["loss=smooth_svm", "loss.k=6"], r"loss.k=6 must be between 1 and the number of classes minus one"),
+    (["optim.lrr=0.1"], r"Could not override 'optim.lrr'|optim cannot be built"),
+]
+
+
+@pytest.mark.parametrize("args,pattern", BAD_VALUES, ids=[" ".join(args) for args, _ in BAD_VALUES])
+def test_bad_value_is_one_sentence_and_a_failed_record(earlier_run, tmp_path, args, pattern):
+    earlier, files = earlier_run
+    run_dir = tmp_path / "run"
+    code, stderr = run_main([*args, f"hydra.run.dir={run_dir}"])
+    if "Could not override" in stderr:  # Hydra's own sentence for an unknown key
+        assert code == 1 and "Traceback" not in stderr
+        return
+    sentence = assert_one_sentence(code, stderr, 1, pattern)
+    record = strict_record(run_dir)
+    assert record["status"] == "failed" and record["error"].endswith(sentence)
+    assert (run_dir / "train.log").read_text().strip().splitlines()[-1].endswith(record["error"])
+    assert snapshot(earlier) == files
+
+
+def test_unwritable_output_directory_as_root(tmp_path):
+    code, stderr = run_main(["hydra.run.dir=/proc/topk_run"])
+    assert_one_sentence(code, stderr, 1, r"/proc/topk_run cannot be written .* hydra.run.dir=PATH")
+
+
+def test_a_run_directory_is_never_overwritten(earlier_run):
+    earlier, files = earlier_run
+    code, stderr = run_main([f"hydra.run.dir={earlier}", "seed=3"])
+    assert_one_sentence(code, stderr, 1, r"already holds a completed run; continue it with "
+                                         r"trainer.resume=true, or choose another directory")
+    assert snapshot(earlier) == files
+
+
+def test_a_sweep_directory_is_never_reused(earlier_run):
+    earlier, files = earlier_run
+    code, stderr = run_main(["-m", "seed=0,1", f"hydra.sweep.dir={earlier.parent}"])
+    assert_one_sentence(code, stderr, 1, r"already holds 1 run; continue them with trainer.resume=true")
+    assert snapshot(earlier) == files
+
+
+@pytest.mark.parametrize("change,keys", [
+    (["loss=smooth_svm", "k=2"], ["k", "loss._target_", "loss.k"]),
+    (["model=mlp"], ["model._target_", "model.hidden"]),
+    (["optim.lr=0.5", "seed=1"], ["optim.lr", "seed"]),
+])
+def test_resume_with_another_configuration_is_refused(earlier_run, change, keys):
+    earlier, files = earlier_run
+    code, stderr = run_main([f"hydra.run.dir={earlier}", "trainer.resume=true", *change])
+    assert_one_sentence(code, stderr, 1, r"cannot resume .* with another training configuration")
+    for key in keys:
+        assert f"{key} (" in stderr
+    assert snapshot(earlier) == files
+
+
+def test_resume_accepts_harmless_changes_and_extends_the_run(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_main([f"hydra.run.dir={run_dir}"])[0] == 0
+    code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true", "trainer.epochs=4",
+                             "trainer.tensorboard=false", "trainer.eval_every=2"])
+    assert code == 0, stderr
+    record = strict_record(run_dir)
+    assert record["status"] == "completed" and record["params"]["trainer.epochs"] == 4
+    assert len((run_dir / "history.csv").read_text().splitlines()) == 1 + 4
+
+
+def test_resume_without_a_run_is_refused(tmp_path):
+    code, stderr = run_main([f"hydra.run.dir={tmp_path / 'nothing'}", "trainer.resume=true"])
+    assert_one_sentence(code, stderr, 1, r"trainer.resume=true but .* holds no run to resume")
+    assert not (tmp_path / "nothing" / "results.json").exists()
+
+
+def test_corrupt_checkpoint_is_one_sentence_and_the_record_stays(tmp_path):
+    run_dir = tmp_path / "run"
+    assert run_main([f"hydra.run.dir={run_dir}"])[0] == 0
+    (run_dir / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
+    files = snapshot(run_dir)
+    code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true"])
+    assert_one_sentence(code, stderr, 1, r"checkpoint .* cannot be read .* delete it")
+    assert snapshot(run_dir) == files
+
+
+def test_non_finite_weights_fail_the_run_with_strict_json(tmp_path):
+    run_dir = tmp_path / "run"
+    code, stderr = run_main([f"hydra.run.dir={run_dir}", "optim=sgd", "optim.lr=1e30"])
+    assert_one_sentence(code, stderr, 1, r"(weights became NaN or infinite|loss became nan)")
+    record = strict_record(run_dir)
+    assert record["status"] == "failed" and "lower optim.lr" in record["error"]
+
+
+def test_single_run_of_an_experiment_says_it_is_one_configuration(tmp_path, caplog):
+    code, stderr = run_main(["+experiment=s20_exp1", "trainer.epochs=1", "trainer.eval_every=1",
+                             f"hydra.run.dir={tmp_path / 'run'}"])
+    assert code == 0, stderr
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert "+experiment=s20_exp1 is a sweep over dataset.sigma, loss, seed; without -m" in log
+
+
+def test_sweep_goes_on_past_failed_runs_and_exits_1(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    code, stderr = run_main(["-m", "trainer.batch_size=0,abc,64", f"hydra.sweep.dir={sweep_dir}"])
+    assert code == 1 and "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error")]
+    assert len(errors) == 3, stderr  # one per failed run, one for the sweep
+    assert "got 0." in errors[0] and "got 'abc'." in errors[1] and "/sweep/0:" in errors[0]
+    assert errors[2] == "Error: 2 runs of the sweep failed; their results.json and train.log say why."
+    statuses = [strict_record(sweep_dir / str(job))["status"] for job in range(3)]
+    assert statuses == ["failed", "failed", "completed"]
+    assert "1 completed, 2 failed" in stderr
+
+
+def sigterm_sweep(sweep_dir: Path, launcher_args) -> subprocess.CompletedProcess:
+    """Start a sweep of long runs, SIGTERM the launching process once a checkpoint exists."""
+    args = [sys.executable, str(ROOT / "train.py"), "-m", "seed=0,1,2", "trainer.epochs=100000",
+            "trainer.progress=false", "trainer.eval_every=1000", "trainer.num_threads=1",
+            f"hydra.sweep.dir={sweep_dir}", *launcher_args]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not list(sweep_dir.rglob("last.pt")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(0.5)
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]],
+                         ids=["basic", "joblib"])
+def test_sigterm_stops_a_sweep_with_one_line_and_interrupted_records(tmp_path, launcher):
+    sweep_dir = tmp_path / "sweep"
+    result = sigterm_sweep(sweep_dir, launcher)
+    assert result.returncode == 130, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith(("Interrupted", "Error"))]
+    assert lines == ["Interrupted: the records say where each run stopped; the same command with "
+                     "trainer.resume=true continues it."]
+    records = [strict_record(path.parent) for path in sorted(sweep_dir.rglob("results.json"))]
+    assert records and all(record["status"] == "interrupted" for record in records)
+    assert all("resume continues after epoch" in record["error"] for record in records)
+
+
+def test_cli_exit_code_and_sentence_in_a_new_process(tmp_path):
+    result = run_cli(["trainer.batch_size=0", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("Error: trainer.batch_size must be")

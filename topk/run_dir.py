@@ -1,0 +1,163 @@
+"""Run directories hold one run each, never two (README "Run directories and resuming").
+
+- A new run refuses a directory that already holds a run (a ``results.json`` or a
+  ``checkpoints/last.pt``), with one sentence saying how to continue it or where else to go. The
+  directory is claimed by creating its ``results.json`` exclusively, so two runs started at once
+  into one directory cannot both pass.
+- ``trainer.resume=true`` continues the run whose checkpoint is in the directory, and only with
+  the training configuration that checkpoint remembers: every key of the flat resolved config must
+  be equal, except :data:`HARMLESS_KEYS` (more epochs, progress, workers, devices, speed switches,
+  data moved to another folder). Without a checkpoint there is nothing to mix, and the run starts
+  from scratch in that directory; a single run asked to resume a directory that holds no run at
+  all is refused (a sweep's jobs that never started simply start).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from topk.engine import load_checkpoint
+from topk.errors import ConfigError
+from topk.records import flatten, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+# Keys that may change when a run is resumed: they change how long, how fast, where or how
+# verbosely it trains, never what it learns from one epoch to the next.
+HARMLESS_KEYS = frozenset({
+    "trainer.epochs", "trainer.resume", "trainer.progress", "trainer.tensorboard",
+    "trainer.num_workers", "trainer.num_threads", "trainer.device", "trainer.distributed_backend",
+    "trainer.eval_batch_size", "trainer.eval_every", "trainer.checkpoint_every",
+    "trainer.compile", "trainer.channels_last",
+    "data_root", "dataset.root", "dataset.lists_root", "dataset.check_images",
+})
+
+_MISSING = object()
+
+
+def run_params(cfg: DictConfig) -> dict:
+    """The flat resolved configuration of a run (``results.json``'s ``params``), without Hydra's
+    own node."""
+    task = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
+    return flatten(OmegaConf.to_container(task, resolve=True))
+
+
+def unwritable_reason(directory: Path) -> str | None:
+    """Why ``directory`` cannot be created and written, or ``None`` if it can (found by trying:
+    as root, ``os.access`` says yes even for ``/proc``)."""
+    probe = Path(directory) / ".write_test"
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return None
+
+
+def differing_keys(remembered: Mapping, params: Mapping) -> list[str]:
+    """The keys whose values differ between two flat configs, harmless keys left out."""
+    keys = sorted((set(remembered) | set(params)) - HARMLESS_KEYS)
+    return [key for key in keys if remembered.get(key, _MISSING) != params.get(key, _MISSING)]
+
+
+def held_run(run_dir: Path) -> str | None:
+    """A few words on the run ``run_dir`` holds, or ``None`` if it holds none."""
+    record_path, checkpoint = Path(run_dir) / "results.json", Path(run_dir) / "checkpoints" / "last.pt"
+    if record_path.exists():
+        try:
+            status = json.loads(record_path.read_text()).get("status", "unknown status")
+        except (OSError, ValueError, AttributeError):
+            status = "unreadable results.json"
+        return f"a {status} run" if " " not in status else f"a run with an {status}"
+    if checkpoint.exists():
+        return "a run's checkpoint"
+    return None
+
+
+def remembered_params(run_dir: Path) -> dict:
+    """The configuration the run in ``run_dir`` trained with: its checkpoint's, else its record's."""
+    config = load_checkpoint(Path(run_dir) / "checkpoints" / "last.pt").get("config")
+    if config is None and (Path(run_dir) / "results.json").exists():
+        config = json.loads((Path(run_dir) / "results.json").read_text()).get("params")
+    return config or {}
+
+
+def _describe(key: str, remembered: Mapping, params: Mapping) -> str:
+    old, new = (repr(config[key]) if key in config else "unset" for config in (remembered, params))
+    return f"{key} ({old} in the run, {new} now)"
+
+
+def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool = False) -> bool:
+    """Apply the rules above to ``run_dir`` before anything is written in it.
+
+    Returns whether training continues from the directory's checkpoint. Raises
+    :class:`~topk.errors.ConfigError` (one sentence) when the run must not start.
+    """
+    run_dir = Path(run_dir)
+    held = held_run(run_dir)
+    option = "hydra.sweep.dir" if in_sweep else "hydra.run.dir"
+    if not resume:
+        if held is not None:
+            raise ConfigError(
+                f"{run_dir} already holds {held}; continue it with trainer.resume=true, or "
+                f"choose another directory with {option}=PATH (nothing was changed in it)."
+            )
+        return False
+    if not (run_dir / "checkpoints" / "last.pt").exists():
+        if held is None and not in_sweep:
+            raise ConfigError(
+                f"trainer.resume=true but {run_dir} holds no run to resume; give the directory "
+                "of the run to continue with hydra.run.dir=PATH, or leave out trainer.resume."
+            )
+        log.info("no checkpoint in %s: the run starts from scratch there", run_dir)
+        return False
+    remembered = remembered_params(run_dir)
+    differing = differing_keys(remembered, params)
+    if differing:
+        shown = "; ".join(_describe(key, remembered, params) for key in differing[:6])
+        more = f" and {len(differing) - 6} more" if len(differing) > 6 else ""
+        raise ConfigError(
+            f"cannot resume {run_dir} with another training configuration: {shown}{more}; "
+            "resume with the run's values, or start a new run in another directory."
+        )
+    return True
+
+
+def claim(run_dir: Path) -> None:
+    """Create ``results.json`` exclusively, so that no second run can start in ``run_dir``."""
+    try:
+        with open(Path(run_dir) / "results.json", "x"):
+            pass
+    except FileExistsError:
+        raise ConfigError(
+            f"{run_dir} was claimed by another run that started at the same moment; choose "
+            "another directory with hydra.run.dir=PATH."
+        ) from None
+
+
+def mark_stopped_runs(sweep_dir: Path) -> int:
+    """Mark every record below ``sweep_dir`` still ``running`` as ``interrupted``: its process
+    was stopped before it could write (a launcher's worker killed when the sweep was interrupted).
+    The resume point is the last checkpoint, whose epoch is the length of ``history.csv`` (both
+    are written together). Returns how many records were marked."""
+    marked = 0
+    for path in Path(sweep_dir).rglob("results.json"):
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if record.get("status") != "running":
+            continue
+        history = path.parent / "history.csv"
+        epochs = max(len(history.read_text().splitlines()) - 1, 0) if history.exists() else 0
+        record.update(status="interrupted", error=f"interrupted; resume continues after epoch {epochs}")
+        write_json_atomic(path, record)
+        marked += 1
+    return marked
+
