@@ -101,7 +101,7 @@ def test_noised_balanced_epsilon_is_the_same_everywhere():
 
 # --- the top-level k reaches every loss and every K-dependent selection metric ----------------------
 
-# The selection metric of each data set's protocol, K the top-level k (SPEC §4: B18 and G22 select on
+# The selection metric of each data set's protocol, K the top-level k (B18 and G22 select on
 # validation top-K, K = 5 in B18 and G22's CIFAR-100 and ImageNet runs; G22 on Pl@ntNet-300K on
 # macro top-K for K in {1, 3, 5, 10}). The synthetic data sets keep the final epoch's model.
 SELECTION = {

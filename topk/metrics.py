@@ -26,7 +26,7 @@ def target_rank(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 class TopKAccumulator:
     """Counts, per class, how many samples have their label in the top k, for every k in ``ks``.
 
-    ``update`` takes batches; ``compute`` returns percentages named as in DESIGN §3:
+    ``update`` takes batches; ``compute`` returns percentages named as in docs/design.md §4:
     ``top{k}`` (over samples) and ``macro_top{k}`` (mean over the classes present in the
     evaluated data of the per-class top-k accuracy). The counts are plain sums, so they can be
     reduced across processes exactly.

@@ -2,7 +2,7 @@
 
 An augmentation is a callable ``(inputs, labels) -> (inputs, target)`` applied to each training
 batch; ``target`` is what the loss receives (int64 labels, or a probability matrix for Mixup, as in
-the loss contract of DESIGN §4). :class:`Augmentation` also carries the per-image transforms of
+the loss contract of docs/design.md §5). :class:`Augmentation` also carries the per-image transforms of
 image data (crop, flip, Cutout; :mod:`topk.data.transforms`), applied to training batches.
 """
 

@@ -1,5 +1,5 @@
 """Top-k losses. Each is an ``nn.Module``: ``loss(scores [B, n], target) -> scalar`` where
-``target`` is integer labels ``[B]`` or a probability matrix ``[B, n]`` (DESIGN §4).
+``target`` is integer labels ``[B]`` or a probability matrix ``[B, n]`` (docs/design.md §5).
 
 Every loss here keeps the same contract at its edges, checked in one place
 (:func:`topk.losses.targets.loss_inputs`, whose module docstring states it in full): labels of

@@ -104,7 +104,7 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
     in ``[-1, 1]``) and "multiplies the scores by a scaling constant", tuned like LDAM's, whose
     scale multiplies the scores *after* the margin is subtracted (Cao et al.). Read the same way
     here, margins and ``ε`` are in units of the cosine scores and ``λ`` multiplies the hinge, as
-    SPEC.md writes it and as G22's published code does (``scale * (m_y + top̂ - s_y)``, then
+    G22's published code does (``scale * (m_y + top̂ - s_y)``, then
     ReLU). Scaling the scores first instead would shrink the margins and the noise by ``λ``
     (``max_margin = 0.2`` against scores of ±60), which the shared tuning of ``max_margin``
     with LDAM (same best value 0.2) argues against.

@@ -1,4 +1,4 @@
-"""The loss contract: checks and conversions shared by every loss (DESIGN §4).
+"""The loss contract: checks and conversions shared by every loss (docs/design.md §5).
 
 Every loss's ``forward(scores, target)`` starts with :func:`loss_inputs`, the one place where
 its inputs are checked and converted. The contract, the same for every loss of
