@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topk.errors import TopkError  # noqa: E402
-from topk.figures import FIGURE_IDS, make_figure  # noqa: E402
 from topk.records import latest_sweep_dir  # noqa: E402
+from topk.report.figures import FIGURE_IDS, make_figure  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -7,8 +7,9 @@ Each experiment runs as ``python train.py -m +experiment=<id> +scale=smoke`` (on
 epoch of at most two batches, a small MLP unless the sweep chooses models) on the tiny data sets
 that :mod:`topk.data.fixtures` writes in the real formats under ``outputs/smoke_data``. Tables go
 to ``outputs/smoke/tables``, figures to ``outputs/smoke/figures``, and a summary of runs and
-seconds per experiment to ``outputs/smoke/summary.md``. The numbers mean nothing; every step
-that turns a command into a table does run.
+seconds per experiment to ``outputs/smoke/summary.md``; then the report page is built
+(``outputs/report/index.html``, ``make report``) from every run there is. The numbers mean
+nothing; every step that turns a command into a table does run.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topk.data.fixtures import write_smoke_data  # noqa: E402
-from topk.records import find_results  # noqa: E402
+from topk.report.runs import load_sweep  # noqa: E402
 
 EXPERIMENTS = [
     "s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau",
@@ -42,12 +43,11 @@ def run_experiment(experiment: str, sweep_dir: Path) -> dict:
     started = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    records = find_results(sweep_dir) if sweep_dir.is_dir() else []
-    completed = sum(record["status"] == "completed" for record in records)
+    counts = load_sweep(sweep_dir).counts()  # a corrupt record is counted as a run, not completed
     if result.returncode != 0:
         print(result.stderr[-3000:], file=sys.stderr)
-    return {"experiment": experiment, "exit": result.returncode, "runs": len(records),
-            "completed": completed, "seconds": seconds}
+    return {"experiment": experiment, "exit": result.returncode, "runs": counts["found"],
+            "completed": counts["completed"], "seconds": seconds}
 
 
 def build_outputs(experiment: str, sweep_dir: Path, out: Path) -> list[str]:
@@ -75,6 +75,13 @@ def build_speed_table(out: Path) -> list[str]:
     code = make_tables.main([TABLE_FROM_BENCH, "--bench-file", str(bench / "losses.json"),
                              "--out", str(out / "tables")])
     return [f"table-{TABLE_FROM_BENCH}"] if code else []
+
+
+def build_report(out: Path) -> list[str]:
+    """The report page from every run there is, this smoke's included (`make report`)."""
+    import make_report
+
+    return ["report"] if make_report.main(["--outputs", str(ROOT / "outputs"), "--smoke", str(out)]) else []
 
 
 def main(argv=None) -> int:
@@ -112,6 +119,7 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    failures += build_report(args.out)
     if failures:
         print(f"Error: these smoke steps failed: {', '.join(failures)}.", file=sys.stderr)
         return 1

@@ -1,17 +1,18 @@
-"""Every paper experiment composes with the paper's hyperparameters (each experiment file cites the paper's sections), data sets bring
-their papers' protocols, explicit overrides win, and +scale=smoke shrinks any experiment."""
+"""Every paper experiment composes with the paper's hyperparameters (each experiment file cites
+the paper's sections), data sets bring their papers' protocols, explicit overrides win, and
++scale=smoke shrinks any experiment."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import CONF, compose_config
-from topk.tables import sweep_values
+from topk.hydra_callbacks import sweep_values
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 PAPER_ITEMS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",
-            "b18_tau", "g22_epsilon", "g22_samples", "g22_time", "g22_cifar_noise", "g22_plantnet",
-            "g22_imagenet_lt"}  # b18_speed is `make bench-losses`, not a training sweep
+               "b18_tau", "g22_epsilon", "g22_samples", "g22_time", "g22_cifar_noise", "g22_plantnet",
+               "g22_imagenet_lt"}  # b18_speed is `make bench-losses`, not a training sweep
 
 
 def sweep_params(experiment: str, extra=()) -> dict[str, list]:

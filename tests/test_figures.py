@@ -9,14 +9,14 @@ import pytest
 
 from conftest import ROOT, run_cli
 from topk.errors import ConfigError
-from topk.figures import (
+from topk.records import find_results, latest_sweep_dir, write_history, write_results
+from topk.report.figures import (
     load_runs,
     make_figure,
     make_s20_figure,
     smallest_k_reaching,
     summarise,
 )
-from topk.records import find_results, latest_sweep_dir, write_history, write_results
 
 
 def fake_record(status, loss, seed, d, top1, top2):

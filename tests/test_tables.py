@@ -1,4 +1,4 @@
-"""Run records of a sweep → paper tables beside the published numbers (topk.tables)."""
+"""Run records of a sweep → paper tables beside the published numbers (topk.report.tables)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,14 @@ from conftest import ROOT
 from topk import paper_results
 from topk.errors import ConfigError
 from topk.records import write_history, write_results
-from topk.tables import TABLES, build_table, make_table, normalise_key, paper_cells, write_table
+from topk.report.tables import (
+    TABLES,
+    build_table,
+    make_table,
+    normalise_key,
+    paper_cells,
+    write_table,
+)
 
 
 def record(status="completed", seed=0, loss="ce", params=None, test=None, val=None, **extra):

@@ -99,3 +99,16 @@ class CheckOutputDir(Callback):
             failed = statuses["failed"]
             _stop(f"{failed} run{'s' if failed > 1 else ''} of the sweep failed; their "
                   "results.json and train.log say why.")
+
+
+def sweep_values(params) -> dict[str, list]:
+    """Each key of ``hydra.sweeper.params`` with its values as Python objects, as Hydra's basic
+    sweeper expands them (``range(3)`` -> ``[0, 1, 2]``, ``null`` -> ``None``)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    values = {}
+    for key, value in params.items():
+        override = parser.parse_override(f"{key}={value}")
+        values[key] = list(override.sweep_iterator()) if override.is_sweep_override() else [override.value()]
+    return values

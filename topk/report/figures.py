@@ -1,0 +1,537 @@
+"""Paper figures from a sweep's runs frame, each written as PNG, CSV and markdown.
+
+``s20_exp1``–``3`` (S20 Figs. 2–4): top-1/top-2 test accuracy against the swept parameter, one
+line per loss, min–max bars. ``s20_cifar`` (S20 Fig. 6): test top-k accuracy for k = 1…30 of
+one (model, augmentation, selection) panel. ``g22_time`` (G22 Fig. 3): epoch time against K as
+a ratio to cross-entropy's. ``b18_tau`` (B18 Fig. 2a): training top-5 error per epoch, one line
+per τ. Failed, interrupted, running and missing runs are counted, never averaged in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from topk import paper_results
+from topk.report import tables
+from topk.report.cells import (
+    COUNTS,
+    count_text,
+    fmt,
+    in_order,
+    mean_text,
+    number,
+    observation,
+    ordered,
+    summarise_cell,
+)
+from topk.report.render import Document
+from topk.report.runs import Sweep, column, load_sweep, read_history, read_sweep
+
+
+@dataclass(frozen=True)
+class SweepFigure:
+    parameter: str  # the swept config key (``params.<parameter>``)
+    label: str
+    title: str
+    log_x: bool = False
+
+
+S20_FIGURES = {
+    "s20_exp1": SweepFigure("dataset.sigma", "σ (degrees)", "S20 Exp. 1 (Fig. 2): class width σ"),
+    "s20_exp2": SweepFigure("dataset.d", "d (degrees)", "S20 Exp. 2 (Fig. 3): minor-mode shift d"),
+    "s20_exp3": SweepFigure("model.hidden", "hidden units m", "S20 Exp. 3 (Fig. 4): MLP width m",
+                            log_x=True),
+}
+LOSS_ORDER = ["ce", "topk_group", "topk_transition"]
+LOSS_NAMES = {"ce": "CE", "smooth_svm": "smooth top-{k} SVM", "topk_group": "top-{k} grouping",
+              "topk_transition": "top-{k} transition", "hinge": "top-{k} hinge",
+              "noised_bal": "noised top-{k} hinge"}
+S20_CIFAR_LOSSES = ("ce", "smooth_svm", "topk_group", "topk_transition")
+S20_K_AT_99 = {"ce": "> 30", "topk_transition": "25"}  # S20 §IV-B: 25, "saving 8 compared with CE"
+G22_LINES_FIRST = ("ce", "smooth_svm")  # then noised_bal by B
+CLAIMS = {  # what each paper says its figure shows
+    "s20_cifar": "S20 (Fig. 6 and §IV-B, ResNet-18 with Mixup, mean of 10 seeds): CE has the best "
+    "top-k accuracy for k ≤ 2, the top-5 transition loss from k = 3 on, and top-5 grouping beats "
+    "CE from k = 6; the transition loss reaches 99 % at k = 25, CE only at k = 33 (beyond the "
+    "k = 30 plotted, so \"> 30\"). S20 gives no smooth top-5 SVM result with Mixup (N/A).",
+    "g22_time": "G22 (Fig. 3 and §4.3, DenseNet 40-40 on CIFAR-100, its own GPU): at K = 5 an "
+    "epoch takes 65 s with CE, 68 s with the noised loss with B = 3 (+4.6 %, ratio 1.05) and 81 s "
+    "with the smoothed hinge (+24.6 %, ratio 1.25); at K = 10 the smoothed hinge takes 90 s (1.38) "
+    "and the noised loss 60 s (0.92): the smoothed hinge grows about linearly with K, the noised "
+    "loss does not. Stars mark these points as ratios to the paper's 65 s CE epoch.",
+    "b18_tau": "B18 (Fig. 2a and Table 6, DenseNet 40-12 on CIFAR-100, 300 epochs, learning rate "
+    "divided by 10 at epochs 150 and 225): with τ ≥ 0.01 the network fits the training set "
+    "(98.95–99.78 % training top-5 accuracy, about 1 % error or less), with τ = 0 and τ = 0.001 "
+    "it fails to train (10.01 % and 17.40 %, near the 95 % error of random predictions).",
+}
+COUNTS_LEGEND = (
+    "runs: runs averaged / runs expected (found + missing); failed, interrupted, still-running, "
+    "value-less and missing runs are counted there and left out of every mean.")
+
+
+def loss_display(loss, k=2) -> str:
+    """A loss as the papers name it: ``topk_transition`` with k = 5 → "top-5 transition"."""
+    return LOSS_NAMES.get(loss, str(loss)).format(k=k)
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# ------------------------------------------------------------------------ S20 synthetic (Figs. 2–4)
+
+
+def runs_table(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
+    """One row per run: status, loss, seed, the swept parameter and test metrics (empty
+    unless the run completed)."""
+    done = runs["status"] == "completed"
+    table = {"run_dir": runs["run_dir"], "status": runs["status"], "loss": runs["loss"],
+             "seed": runs["seed"], parameter: column(runs, f"params.{parameter}"),
+             **{f"test/{m}": column(runs, f"test.{m}").where(done, None) for m in metrics}}
+    return pd.DataFrame({name: values.tolist() for name, values in table.items()})
+
+
+def load_runs(sweep_dir: Path, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
+    return runs_table(load_sweep(sweep_dir).runs, parameter, metrics)
+
+
+def summarise(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
+    """Per (parameter value, loss): completed runs, runs that did not complete, and the mean,
+    min and max of each test metric over the completed ones."""
+    runs = runs.assign(completed=runs["status"].eq("completed"))
+    aggregations = {}
+    for metric in metrics:
+        runs[f"test/{metric}"] = pd.to_numeric(runs[f"test/{metric}"])
+        aggregations.update({f"{metric}_{s}": (f"test/{metric}", s) for s in ("mean", "min", "max")})
+    summary = runs.groupby([parameter, "loss"]).agg(
+        runs=("completed", "sum"), not_completed=("completed", lambda done: int((~done).sum())),
+        **aggregations).reset_index()
+    order = summary["loss"].map(lambda name: LOSS_ORDER.index(name) if name in LOSS_ORDER else 3)
+    return (summary.assign(_order=order).sort_values([parameter, "_order"])
+            .drop(columns="_order").reset_index(drop=True))
+
+
+def best_of(means: pd.Series, tolerance: float = 0.05) -> list:
+    """The index entries of ``means`` within ``tolerance`` of its maximum (NaN skipped)."""
+    means = means.dropna()
+    return list(means.index[means >= means.max() - tolerance]) if len(means) else []
+
+
+def leaders(summary: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
+    """Per parameter value, the loss(es) with the best mean (0.05-point ties) and CE's lead."""
+    rows = []
+    for value, group in summary.groupby(parameter, sort=True):
+        row = {parameter: value}
+        for metric in metrics:
+            means = group.set_index("loss")[f"{metric}_mean"].dropna()
+            row[f"best_{metric}"] = " = ".join(best_of(means))
+            if "ce" in means.index and len(means) > 1:
+                row[f"ce_minus_best_other_{metric}"] = means["ce"] - means.drop("ce").max()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
+    """Top-1 and top-2 test accuracy against the parameter, one line per loss (bars min–max)."""
+    fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    values = summary[figure.parameter].astype(float)
+    span = float(values.max() - values.min()) or 1.0
+    for axis, metric in zip(axes, ("top1", "top2")):
+        for index, (loss, group) in enumerate(summary.groupby("loss", sort=False)):
+            x = group[figure.parameter].astype(float)  # markers spread apart a little
+            x = x * 1.04 ** (index - 1) if figure.log_x else x + (index - 1) * 0.01 * span
+            mean = group[f"{metric}_mean"]
+            axis.errorbar(x, mean, yerr=[mean - group[f"{metric}_min"], group[f"{metric}_max"] - mean],
+                          marker="o", capsize=3, label=loss_display(loss, k=2))
+        axis.set(xlabel=figure.label, ylabel=f"{metric.replace('top', 'top-')} test accuracy (%)")
+        axis.grid(alpha=0.3)
+        if figure.log_x:
+            axis.set_xscale("log", base=2)
+    axes[0].legend()
+    fig.suptitle(f"{figure.title} — mean over seeds, bars min–max")
+    return fig
+
+
+def s20_synthetic(experiment: str, sweep: Sweep):
+    figure = S20_FIGURES[experiment]
+    summary = summarise(runs_table(sweep.runs, figure.parameter), figure.parameter)
+    claims = paper_results.load("s20_synthetic_claims")
+    document = Document(figure.title, [sweep.header()], [
+        ("Test accuracy (%) over seeds (runs: completed runs; not_completed: failed or unfinished "
+         "runs, left out of the means).", summary),
+        ("Best mean per setting (losses within 0.05 points tie; `ce_minus_best_other`: CE's mean "
+         "minus the best of the other losses, in points):", leaders(summary, figure.parameter)),
+        ("What S20 claims for this experiment (`topk/paper_results/s20_synthetic_claims.csv`):",
+         claims[claims["experiment"] == experiment][["setting", "claim"]])], floatfmt=".2f")
+    return draw_summary(summary, figure), summary, document
+
+
+# ------------------------------------------------------------------------ shared: points, axes
+
+
+def summarise_points(entries: Iterable[Mapping], expected_seeds: int | None, line_name: str,
+                     x_name: str, value_name: str, line_order: Iterable = (),
+                     unit: str = "seeds") -> pd.DataFrame:
+    """One row per (line, x) of :func:`observation` entries, lines in order and x ascending:
+    ``<value_name>_mean`` and ``_std`` over completed runs, the cell counts and their text."""
+    groups: dict[tuple, list] = {}
+    for entry in entries:
+        groups.setdefault((entry["line"], entry["x"]), []).append(entry)
+    rank = {line: i for i, line in enumerate(in_order([line for line, _ in groups], line_order))}
+    rows = []
+    for (line, x), group in sorted(groups.items(), key=lambda item: (
+            rank[item[0][0]], number(item[0][1]) is None, number(item[0][1]) or 0.0)):
+        cell = summarise_cell(group, expected_seeds)
+        rows.append({line_name: line, x_name: x, f"{value_name}_mean": cell["mean"],
+                     f"{value_name}_std": cell["std"], **{k: cell[k] for k in (*COUNTS, "seeds")},
+                     "counts": count_text(cell, unit)})
+    frame = pd.DataFrame(rows, columns=[line_name, x_name, f"{value_name}_mean",
+                                        f"{value_name}_std", *COUNTS, "seeds", "counts"])
+    xs = pd.to_numeric(frame[x_name], errors="coerce")
+    whole = (xs.dropna() == xs.dropna().round()).all()  # k, K, epochs: integers
+    frame[x_name] = xs.astype("Int64") if whole else xs
+    frame[list(COUNTS)] = frame[list(COUNTS)].astype("Int64")
+    return frame
+
+
+def line_axes(x_label: str, y_label: str, title: str):
+    from matplotlib.ticker import MaxNLocator
+
+    fig, axis = _pyplot().subplots(figsize=(7, 4.5), constrained_layout=True)
+    axis.set(xlabel=x_label, ylabel=y_label)
+    axis.grid(alpha=0.3)
+    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axis.set_title(title, fontsize=9)
+    return fig, axis
+
+
+def plot_lines(axis, points: pd.DataFrame, line_name: str, x_name: str, value_name: str,
+               label: Callable[[object], str]) -> dict:
+    """Each line's mean against x with a ± std band; returns each drawn line's colour."""
+    mean, std = f"{value_name}_mean", f"{value_name}_std"
+    colours = {}
+    for line, group in points.groupby(line_name, sort=False, dropna=False):
+        group = group.dropna(subset=[mean, x_name])
+        if group.empty:
+            continue
+        x = group[x_name].astype(float)
+        (drawn,) = axis.plot(x, group[mean], marker="o" if len(group) <= 40 else None,
+                             markersize=3, label=label(line))
+        colours[line] = drawn.get_color()
+        spread = group[std].notna().to_numpy()
+        if spread.any():
+            axis.fill_between(x[spread], (group[mean] - group[std])[spread],
+                              (group[mean] + group[std])[spread], color=colours[line],
+                              alpha=0.15, linewidth=0)
+    return colours
+
+
+# ------------------------------------------------------------------------ S20 Fig. 6 (s20_cifar)
+
+
+def choose_panel(runs: pd.DataFrame, wanted: Mapping) -> tuple[dict, pd.DataFrame, list[str]]:
+    """The runs of one panel, key by key; a wanted value no run has falls back to the
+    commonest one left (ties: first by name), with one sentence saying so."""
+    panel, notes = {}, []
+    for key, value in wanted.items():
+        available = Counter(runs[key].tolist())
+        if value not in available and available:
+            names = sorted(available, key=str)
+            fallback = max(names, key=available.get)
+            notes.append(f"No run with {key} = {value} in this sweep (it has "
+                         f"{', '.join(map(str, names))}): showing {key} = {fallback} instead.")
+            value = fallback
+        panel[key] = value
+        runs = runs[runs[key] == value]
+    return panel, runs, notes
+
+
+def recorded_ks(runs: pd.DataFrame) -> list[int]:
+    """Every k of a recorded test ``top{k}`` of the completed runs (1…30 if none)."""
+    done = runs[runs["status"] == "completed"]
+    ks = {int(m.group(1)) for name in runs.columns if (m := re.fullmatch(r"test\.top(\d+)", name))
+          and done[name].notna().any()}
+    return sorted(ks) or list(range(1, 31))
+
+
+def smallest_k_reaching(points: pd.DataFrame, target: float = 99.0) -> dict:
+    """Per loss, the smallest k whose mean accuracy reaches ``target`` (``None``: none does)."""
+    reached = points[points["accuracy_mean"] >= target].groupby("loss")["k"].min()
+    return {loss: int(reached[loss]) if loss in reached.index else None
+            for loss in points["loss"].unique()}
+
+
+def accuracy_by_k(points: pd.DataFrame, labels: Mapping) -> pd.DataFrame:
+    """k rows × loss columns of mean accuracy, and the best loss(es) per k (0.05-point ties)."""
+    means = points.dropna(subset=["k"]).pivot(index="k", columns="loss", values="accuracy_mean")
+    means = means[[loss for loss in dict.fromkeys(points["loss"]) if loss in means.columns]]
+    table = pd.DataFrame({"k": means.index.astype(int)})
+    for loss in means.columns:
+        table[labels.get(loss, loss)] = [fmt(value) for value in means[loss]]
+    table["best"] = [" = ".join(labels.get(loss, loss) for loss in best_of(row))
+                     for _, row in means.iterrows()]
+    return table
+
+
+def s20_loss_table(points, panel: Mapping, reached: Mapping, labels: Mapping) -> pd.DataFrame:
+    """Per loss: runs, top-1 / top-5 and the smallest k reaching 99 %, beside S20's."""
+    paper = paper_results.load("s20_table1_cifar100")
+    paper = paper[(paper["model"] == panel["model"]) & (paper["augment"] == panel["augment"])]
+    paper = paper.set_index("loss")
+    rows = []
+    for loss in in_order(points["loss"].unique(), S20_CIFAR_LOSSES):
+        mine = points[points["loss"] == loss].set_index("k")
+        at = {k: (mine.at[k, "accuracy_mean"], mine.at[k, "accuracy_std"]) if k in mine.index
+              else (None, None) for k in (1, 5)}
+        rows.append({"loss": labels.get(loss, loss),
+                     "runs (at k = 1)": mine["counts"].iloc[0] if len(mine) else "no run",
+                     "top-1": mean_text(*at[1]), "top-5": mean_text(*at[5]),
+                     "S20 Table I top-1": fmt(paper["top1"].get(loss)),
+                     "S20 Table I top-5": fmt(paper["top5"].get(loss)),
+                     "smallest k ≥ 99 %": "no run" if mine.empty else str(reached.get(loss) or "none"),
+                     "S20 smallest k ≥ 99 %": S20_K_AT_99.get(loss, "–")})
+    return pd.DataFrame(rows)
+
+
+def draw_s20_cifar(points: pd.DataFrame, panel: Mapping, labels: Mapping):
+    fig, axis = line_axes(
+        "k", "top-k test accuracy (%)",
+        f"S20 Fig. 6: CIFAR-100, {panel['model']} + {panel['augment']}, selected by "
+        f"{panel['selection_metric']}; mean over seeds, band ± std")
+    plot_lines(axis, points, "loss", "k", "accuracy", lambda loss: labels.get(loss, loss))
+    axis.axhline(99.0, color="grey", linestyle="--", linewidth=1)
+    axis.text(0.98, 0.03, "S20: 99 % at k = 25 (top-5 transition), k = 33 (CE)",
+              transform=axis.transAxes, ha="right", va="bottom", fontsize=8, color="grey")
+    axis.legend(loc="center right")
+    return fig
+
+
+def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
+              selection: str = "val/top5"):
+    """S20 Fig. 6 for one panel; its CSV has one row per (loss, k) and ``smallest_k_99``."""
+    panel, runs, notes = choose_panel(
+        sweep.runs, {"model": model, "augment": augment, "selection_metric": selection})
+    ks = recorded_ks(runs)
+    entries = [observation(status, seed, runs.at[i, f"test.top{k}"] if f"test.top{k}" in runs
+                           else None, line=loss, x=k)
+               for i, status, seed, loss in zip(runs.index, runs["status"], runs["seed"],
+                                                runs["loss"]) for k in ks]
+    points = summarise_points(entries, sweep.seeds, "loss", "k", "accuracy", S20_CIFAR_LOSSES)
+    reached = smallest_k_reaching(points)
+    points["smallest_k_99"] = points["loss"].map(lambda loss: str(reached.get(loss) or "none"))
+    labels = {loss: loss_display(loss, 5) for loss in S20_CIFAR_LOSSES}
+    labels.update(zip(runs["loss"], map(loss_display, runs["loss"],
+                                        column(runs, "params.loss.k", 5))))
+    paragraphs = [sweep.header(), f"Panel: model = {panel['model']}, augment = {panel['augment']}"
+                  f", models selected by {panel['selection_metric']} ({len(runs)} runs); test "
+                  f"top-k accuracy (%) for k = {ks[0]}…{ks[-1]}, mean ± std (ddof=1) over "
+                  f"completed seeds. {COUNTS_LEGEND}", *notes, CLAIMS["s20_cifar"]]
+    sections = [
+        (f"Per loss: top-1 and top-5 (S20 Table I selects top-1 by val top-1 and top-5 by val "
+         f"top-5), and the smallest k ≤ {ks[-1]} whose mean reaches 99 %:",
+         s20_loss_table(points, panel, reached, labels)),
+        ("Mean test top-k accuracy (%) per k (best: within 0.05 points of the best mean):",
+         accuracy_by_k(points, labels))]
+    document = Document("S20 Fig. 6: CIFAR-100 test top-k accuracy against k", paragraphs, sections)
+    return draw_s20_cifar(points, panel, labels), points, document
+
+
+# ------------------------------------------------------------------------ G22 Fig. 3 (g22_time)
+
+
+def g22_paper_points() -> pd.DataFrame:
+    """G22 Fig. 3's epoch times as ratios to its CE epoch time (65 s at K = 5)."""
+    published = paper_results.load("g22_fig3_epoch_time")
+    points = pd.concat([published[published["loss"] == "ce"].assign(ratio_to_ce=1.0),
+                        tables.g22_time_paper(published)], ignore_index=True)
+    return pd.DataFrame({"source": "paper", "line": points["loss"], "k": points["k"].astype(int),
+                         "ratio_to_ce_mean": points["ratio_to_ce"],
+                         "paper_epoch_seconds": points["epoch_seconds"]})
+
+
+def g22_time_table(ours: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
+    """Per (line, K): our ratio (mean ± std) and run counts beside G22's ratio and seconds."""
+    merged = pd.merge(ours.drop(columns="source"), paper.drop(columns="source"), how="outer",
+                      on=["line", "k"], suffixes=("", "_paper"))
+    rank = {line: i for i, line in enumerate(in_order(merged["line"].unique(), G22_LINES_FIRST))}
+    merged = merged.assign(_rank=merged["line"].map(rank)).sort_values(["_rank", "k"])
+    return pd.DataFrame({
+        "line": merged["line"], "K": [fmt(k, 0) for k in merged["k"]],
+        "ours: epoch time / CE": [mean_text(m, s, 3) for m, s in
+                                  zip(merged["ratio_to_ce_mean"], merged["ratio_to_ce_std"])],
+        "runs": merged["counts"].fillna("no run"),
+        "G22: epoch time / CE": [fmt(value, 3) for value in merged["ratio_to_ce_mean_paper"]],
+        "G22 seconds": [fmt(value, 0) for value in merged["paper_epoch_seconds"]]})
+
+
+def draw_g22_time(ours: pd.DataFrame, paper: pd.DataFrame):
+    fig, axis = line_axes("K", "epoch time / mean CE epoch time",
+                          "G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy "
+                          "(lines: ours, mean ± std; stars: G22)")
+    colours = plot_lines(axis, ours, "line", "k", "ratio_to_ce", str)
+    for index, (line, group) in enumerate(paper.groupby("line", sort=False)):
+        axis.scatter(group["k"], group["ratio_to_ce_mean"], marker="*", s=160, zorder=3,
+                     color=colours.get(line, f"C{len(colours) + index}"), edgecolors="black",
+                     linewidths=0.6, label=f"G22 Fig. 3: {line}")
+    axis.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    axis.legend(fontsize=8)
+    return fig
+
+
+def g22_time(sweep: Sweep):
+    """G22 Fig. 3: each run's epoch time over the sweep's mean CE epoch time, against K; the CSV
+    has our points (``source`` = "ours") then G22's (``source`` = "paper")."""
+    runs = sweep.runs
+    entries = [observation(status, seed, ratio, line=line, x=k) for status, seed, ratio, line, k
+               in zip(runs["status"], runs["seed"], tables.g22_ratio(runs), tables.g22_line(runs),
+                      tables.run_k(runs))]
+    ours = summarise_points(entries, sweep.seeds, "line", "k", "ratio_to_ce", G22_LINES_FIRST,
+                            unit="runs")
+    ours.insert(0, "source", "ours")
+    paper = g22_paper_points()
+    paragraphs = [sweep.header(), *tables.g22_time_notes(runs),
+                  "ours: mean ± std (ddof=1) of the ratio over the runs at that K (CE and smooth "
+                  f"SVM are timed once per B, as repeats). {COUNTS_LEGEND}", CLAIMS["g22_time"]]
+    document = Document("G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy",
+                        paragraphs, [("Epoch time / CE epoch time:", g22_time_table(ours, paper))])
+    return draw_g22_time(ours, paper), pd.concat([ours, paper], ignore_index=True), document
+
+
+# ------------------------------------------------------------------------ B18 Fig. 2a (b18_tau)
+
+
+def training_top5_error(run_dir) -> pd.DataFrame | None:
+    """100 − ``train/top5`` per logged epoch of the run's ``history.csv`` (``None``: none)."""
+    history = read_history(run_dir)
+    if history is None or not {"epoch", "train/top5"} <= set(history.columns):
+        return None
+    accuracy = pd.to_numeric(history["train/top5"], errors="coerce")
+    logged = accuracy.notna()
+    return pd.DataFrame({"epoch": history["epoch"][logged].astype(int).to_numpy(),
+                         "train_top5_error": 100.0 - accuracy[logged].to_numpy()})
+
+
+def b18_tau_observations(runs: pd.DataFrame) -> tuple[list[dict], list[dict]]:
+    """Per-epoch and last-epoch observations of the smooth SVM / hinge runs, by τ (hinge: 0);
+    a run that did not complete or logged nothing gives one observation without x."""
+    per_epoch, last = [], []
+    taus = [number(tau) for tau in tables.b18_tau(runs)]
+    for tau, loss, status, seed, run_dir in zip(taus, runs["loss"], runs["status"], runs["seed"],
+                                                runs["run_dir"]):
+        if loss not in ("smooth_svm", "hinge"):
+            continue
+        errors = training_top5_error(run_dir) if status == "completed" else None
+        if errors is None or errors.empty:
+            per_epoch.append(observation(status, seed, None, line=tau, x=None))
+            last.append(observation(status, seed, None, line=tau, x=None))
+            continue
+        per_epoch += [observation(status, seed, error, line=tau, x=epoch)
+                      for epoch, error in zip(errors["epoch"], errors["train_top5_error"])]
+        last.append(observation(status, seed, errors["train_top5_error"].iloc[-1], line=tau, x=None))
+    return per_epoch, last
+
+
+def b18_final_table(points: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
+    """Per τ: our last-epoch training top-5 error and accuracy beside B18 Table 6's."""
+    paper = paper_results.load("b18_table6_temperature").set_index("tau")["train_top5"]
+    last_epochs = points.dropna(subset=["epoch"]).groupby("tau", dropna=False)["epoch"].max()
+    by_tau, rows = final.set_index("tau"), []
+    for tau in ordered([*by_tau.index], [float(t) for t in paper.index]):
+        mine = by_tau.loc[tau] if tau in by_tau.index else None
+        error = None if mine is None else number(mine["train_top5_error_mean"])
+        published = number(paper.get(tau))
+        rows.append({
+            "τ": "–" if number(tau) is None else f"{tau:g}",
+            "runs": "no run" if mine is None else mine["counts"],
+            "last epoch": fmt(last_epochs.get(tau), 0),
+            "ours: train top-5 error (%)": "–" if mine is None else mean_text(
+                error, mine["train_top5_error_std"]),
+            "ours: train top-5 accuracy (%)": fmt(None if error is None else 100.0 - error),
+            "B18 Table 6: train top-5 accuracy (%)": fmt(published),
+            "B18: error (%)": fmt(None if published is None else 100.0 - published),
+            "ours − B18 (accuracy points)": "–" if error is None or published is None
+            else f"{100.0 - error - published:+.2f}"})
+    return pd.DataFrame(rows)
+
+
+def draw_b18_tau(points: pd.DataFrame):
+    fig, axis = line_axes("epoch", "top-5 training error (%)",
+                          "B18 Fig. 2a: smooth top-5 SVM, top-5 training error per temperature τ "
+                          "(mean over seeds)")
+    plot_lines(axis, points, "tau", "epoch", "train_top5_error",
+               lambda tau: f"τ = {'–' if number(tau) is None else f'{tau:g}'}")
+    axis.axhline(95.0, color="grey", linestyle="--", linewidth=1,
+                 label="random predictions (95 %)")  # top-5 of 100 classes at random
+    axis.set_ylim(0, 100)
+    axis.legend(fontsize=8)
+    return fig
+
+
+def b18_tau(sweep: Sweep):
+    """B18 Fig. 2a; the CSV has one row per (τ, epoch), the markdown the last epoch beside
+    B18 Table 6's training accuracy."""
+    per_epoch, last = b18_tau_observations(sweep.runs)
+    points = summarise_points(per_epoch, sweep.seeds, "tau", "epoch", "train_top5_error")
+    final = summarise_points(last, sweep.seeds, "tau", "epoch", "train_top5_error")
+    paragraphs = [
+        sweep.header(), "Top-5 training error (%) = 100 − `train/top5` of each run's "
+        "`history.csv` on the epochs where it was logged; mean ± std (ddof=1) over completed "
+        "seeds. τ = 0 is the non-smooth top-5 SVM (`loss=hinge` or `loss.tau=0`). "
+        f"{COUNTS_LEGEND}", CLAIMS["b18_tau"]]
+    document = Document(
+        "B18 Fig. 2a: top-5 training error per temperature τ", paragraphs,
+        [("Last logged epoch, ours beside B18 Table 6 "
+          "(`topk/paper_results/b18_table6_temperature.csv`):", b18_final_table(points, final))])
+    return draw_b18_tau(points), points, document
+
+
+# ------------------------------------------------------------------------ entry
+
+FIGURES = {**{name: lambda sweep, name=name: s20_synthetic(name, sweep) for name in S20_FIGURES},
+           "s20_cifar": s20_cifar, "g22_time": g22_time, "b18_tau": b18_tau}
+FIGURE_IDS = tuple(FIGURES)
+
+
+def build_figure(figure_id: str, sweep_dir: Path, **panel):
+    """``(matplotlib figure, its data frame, its Document)`` of one figure of ``sweep_dir``."""
+    if figure_id not in FIGURES:
+        raise ValueError(f"unknown figure {figure_id!r}; choose one of {', '.join(FIGURES)}")
+    if panel and figure_id != "s20_cifar":
+        raise ValueError(f"{', '.join(panel)} select a panel of s20_cifar only, not {figure_id}")
+    return FIGURES[figure_id](read_sweep(sweep_dir, figure_id), **panel)
+
+
+def write_figure(figure_id: str, built: tuple, out_dir: Path) -> dict[str, Path]:
+    """Write :func:`build_figure`'s result as ``<out_dir>/<figure_id>.{png,csv,md}``."""
+    figure, data, document = built
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files = {kind: out_dir / f"{figure_id}.{kind}" for kind in ("png", "csv", "md")}
+    figure.savefig(files["png"], dpi=110)
+    _pyplot().close(figure)
+    data.to_csv(files["csv"], index=False)
+    files["md"].write_text(document.markdown())
+    return files
+
+
+def make_figure(figure_id: str, sweep_dir: Path, out_dir: Path, **panel) -> dict[str, Path]:
+    """Draw one figure from ``sweep_dir`` into ``<out_dir>/<figure_id>.{png,csv,md}``;
+    ``panel`` (``model``, ``augment``, ``selection``) chooses a panel of ``s20_cifar``."""
+    return write_figure(figure_id, build_figure(figure_id, sweep_dir, **panel), out_dir)
+
+
+def make_s20_figure(experiment: str, sweep_dir: Path, out_dir: Path) -> dict[str, Path]:
+    if experiment not in S20_FIGURES:
+        raise ValueError(f"unknown figure {experiment!r}; choose one of {', '.join(S20_FIGURES)}")
+    return make_figure(experiment, sweep_dir, out_dir)

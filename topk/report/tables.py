@@ -1,0 +1,351 @@
+"""Paper tables: each a :class:`TableSpec` declared on a sweep's runs frame, beside its CSV.
+
+A key or metric source is a column of the runs frame (:mod:`topk.report.runs`) or a function
+``runs -> Series``. Each cell aggregates completed seeds (mean, std with ddof=1, seed count);
+failed, interrupted, running and missing runs are counted apart, never averaged in. Tables are
+written as ``<id>.md``, ``<id>.csv`` (tidy: one row per cell and metric) and ``<id>.tex``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from topk import paper_results
+from topk.records import latest_sweep_dir
+from topk.report.cells import (
+    count_text,
+    display,
+    fmt,
+    mean_text,
+    normalise_key,
+    number,
+    observation,
+    ordered,
+    summarise_cell,
+)
+from topk.report.render import Table, write_table
+from topk.report.runs import Sweep, column, objects, read_history, read_sweep
+
+FIELDS = ("ours", "paper", "ours − paper")
+Source = str | Callable[[pd.DataFrame], pd.Series]
+
+
+def series(source: Source, runs: pd.DataFrame) -> pd.Series:
+    return column(runs, source) if isinstance(source, str) else source(runs)
+
+
+def run_k(runs: pd.DataFrame) -> pd.Series:
+    """The K of each run: the experiment's top-level ``k``, else the loss's ``loss.k``."""
+    return objects((loss_k if k is None else k for k, loss_k in
+                    zip(column(runs, "params.k"), column(runs, "params.loss.k"))), runs.index)
+
+
+def at_k(prefix: str) -> Callable[[pd.DataFrame], pd.Series]:
+    """The test metric ``<prefix><K>`` of each run at its own K (``macro_top`` → ``macro_top5``)."""
+    def values(runs):
+        names = [None if k is None else f"test.{prefix}{int(k)}" for k in run_k(runs)]
+        return objects((runs.at[i, name] if name in runs.columns else None
+                        for i, name in zip(runs.index, names)), runs.index)
+    return values
+
+
+def b18_tau(runs: pd.DataFrame) -> pd.Series:
+    """B18 Table 6's τ; the non-smooth top-k SVM (``hinge``) is its τ = 0 row."""
+    return column(runs, "params.loss.tau").where(runs["loss"] != "hinge", 0.0)
+
+
+def train_top5_at_best(runs: pd.DataFrame) -> pd.Series:
+    """``train/top5`` of each run's ``history.csv`` at its ``best_epoch`` (else the last row)."""
+    def value(run):
+        history = read_history(run["run_dir"])
+        if history is None or "train/top5" not in history.columns or history.empty:
+            return None
+        known = run["best_epoch"] is not None and "epoch" in history.columns
+        rows = history[history["epoch"] == run["best_epoch"]] if known else history.tail(1)
+        return None if rows.empty else rows["train/top5"].iloc[-1]
+    return objects((value(run) for _, run in runs.iterrows()), runs.index)
+
+
+def loss_label(loss, n_samples=None) -> str:
+    """``noised_bal`` carries its number of noise samples B (G22 Fig. 3); other losses do not."""
+    if loss == "noised_bal" and number(n_samples) is not None:
+        return f"noised_bal (B={display(n_samples)})"
+    return loss
+
+
+def g22_line(runs: pd.DataFrame) -> pd.Series:
+    return objects(map(loss_label, runs["loss"], column(runs, "params.loss.n_samples")), runs.index)
+
+
+def ce_seconds(runs: pd.DataFrame) -> list[float]:
+    ce = runs[(runs["loss"] == "ce") & (runs["status"] == "completed")]
+    return [s for s in map(number, ce["epoch_seconds"]) if s is not None]
+
+
+def g22_ratio(runs: pd.DataFrame) -> pd.Series:
+    """Each run's seconds per epoch over the mean of the sweep's completed CE runs'."""
+    seconds = ce_seconds(runs)
+    baseline = float(np.mean(seconds)) if seconds else None
+    return objects((None if s is None or not baseline else s / baseline
+                    for s in runs["epoch_seconds"]), runs.index)
+
+
+def g22_time_notes(runs: pd.DataFrame) -> list[str]:
+    seconds = ce_seconds(runs)
+    if not seconds:
+        return ["No completed CE run in this sweep: no baseline, so no ratio."]
+    return [f"CE baseline: {np.mean(seconds):.3f} s per epoch (mean over the sweep's completed "
+            f"CE runs: {len(seconds)}). The paper's times are divided by its CE time at the same "
+            "K, or by its one CE time where it gives CE once; hardware differs, so only ratios "
+            "are compared."]
+
+
+def g22_time_paper(paper: pd.DataFrame) -> pd.DataFrame:
+    """G22 Fig. 3's seconds per epoch → ratio to its CE time (same K, else its one CE time)."""
+    ce = paper[paper["loss"] == "ce"].set_index("k")["epoch_seconds"]
+    rows = paper[paper["loss"] != "ce"].copy()
+    baseline = rows["k"].map(ce).fillna(ce.iloc[0] if len(ce) == 1 else math.nan)
+    rows["ratio_to_ce"] = rows["epoch_seconds"] / baseline
+    rows["loss"] = [loss_label(loss, b) for loss, b in zip(rows["loss"], rows["n_samples"])]
+    return rows
+
+
+def s20_selection(runs: pd.DataFrame, metric: str) -> str | None:
+    """S20 selects by val top-1 for its top-1 column and by val top-5 for its top-5 column; a
+    sweep lacking that selection falls back to what it has (``None``: every run)."""
+    return f"val/{metric}" if (runs["selection_metric"] == f"val/{metric}").any() else None
+
+
+def s20_uses(runs: pd.DataFrame, metric: str) -> pd.Series:
+    wanted = s20_selection(runs, metric)
+    return runs["selection_metric"] == wanted if wanted else pd.Series(True, index=runs.index)
+
+
+def s20_notes(runs: pd.DataFrame) -> list[str]:
+    have = " and ".join(sorted(set(runs["selection_metric"]) - {None})) or "nothing"
+    return [f"{metric}: models selected by {s20_selection(runs, metric) or have} ("
+            + ("as S20" if s20_selection(runs, metric) else
+               f"no run selected by val/{metric} in this sweep") + ")."
+            for metric in ("top1", "top5")]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TableSpec:
+    """One paper table: keys and metrics as sources on the runs frame, and its published CSV
+    (``paper`` in ``topk/paper_results/``, ``paper_columns``: metric → its column there)."""
+
+    id: str
+    title: str
+    paper: str | None = None
+    rows: Mapping[str, Source]
+    columns: Mapping[str, Source] = field(default_factory=dict)
+    metrics: Mapping[str, Source]
+    paper_columns: Mapping[str, str] | None = None  # default: each metric's own name
+    include: Callable[[pd.DataFrame], pd.Series] | None = None  # runs belonging to the table
+    uses: Callable[[pd.DataFrame, str], pd.Series] | None = None  # runs counted per metric
+    notes: Callable[[pd.DataFrame], list[str]] = lambda runs: []
+    paper_transform: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    split_metrics: bool = False  # one table per metric, as the paper prints them
+    column_order: tuple[tuple, ...] = ()  # column keys printed first
+    sort_columns: bool = False
+    unit: str = "percentage points"
+
+    @property
+    def row_names(self) -> tuple[str, ...]:
+        return tuple(self.rows)
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(self.columns)
+
+
+NOISE, TEST15 = {"noise": lambda r: column(r, "params.dataset.noise", 0.0)}, ("top1", "top5")
+LOSS = {"loss": "loss"}
+G22_PLANTNET_LOSSES = ("ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal")
+TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
+    TableSpec(id="s20_cifar", title="S20 Table I: CIFAR-100, test accuracy (%)",
+              paper="s20_table1_cifar100", rows={"model": "model", "augment": "augment", **LOSS},
+              metrics={m: f"test.{m}" for m in TEST15}, uses=s20_uses, notes=s20_notes),
+    TableSpec(id="b18_cifar_noise", paper="b18_table1_cifar100_noise", rows=NOISE, columns=LOSS,
+              title="B18 Table 1: CIFAR-100 with label noise p, test accuracy (%)",
+              metrics={m: f"test.{m}" for m in TEST15}),
+    TableSpec(id="b18_imagenet", paper="b18_table2_imagenet_subsets",
+              title="B18 Table 2: ImageNet subsets, test top-5 accuracy (%)",
+              rows={"train_images": lambda r: column(r, "params.dataset.train_size", 1230000)},
+              columns=LOSS, metrics={"top5": "test.top5"}),
+    TableSpec(id="b18_tau", paper="b18_table6_temperature", rows={"tau": b18_tau},
+              title="B18 Table 6: temperature τ of the smooth top-5 SVM, top-5 accuracy (%)",
+              metrics={"train_top5": train_top5_at_best, "test_top5": "test.top5"},
+              include=lambda runs: runs["loss"].isin(["smooth_svm", "hinge"])),
+    TableSpec(id="g22_epsilon", paper="g22_table2_epsilon", rows={"epsilon": "params.loss.epsilon"},
+              title="G22 Table 2: noise level ε of the noised top-5 hinge, val top-5 (%)",
+              metrics={"val_top5": "val.top5"}),
+    TableSpec(id="g22_samples", paper="g22_table3_samples",
+              title="G22 Table 3: noise samples B of the noised top-5 hinge, val top-5 (%)",
+              rows={"n_samples": "params.loss.n_samples"}, metrics={"val_top5": "val.top5"}),
+    TableSpec(id="g22_cifar_noise", paper="g22_tables4_6_cifar100_noise", rows=NOISE, columns=LOSS,
+              title="G22 Tables 4 (top-5) and 6 (top-1): CIFAR-100 with label noise, test "
+              "accuracy (%)", metrics={m: f"test.{m}" for m in TEST15[::-1]}, split_metrics=True),
+    TableSpec(id="g22_plantnet", paper="g22_tables5_7_plantnet", rows={"k": run_k}, columns=LOSS,
+              title="G22 Tables 5 (macro-average top-K) and 7 (top-K): Pl@ntNet-300K, test "
+              "accuracy (%)", metrics={"macro_topK": at_k("macro_top"), "topK": at_k("top")},
+              paper_columns={"macro_topK": "macro_topk", "topK": "topk"}, split_metrics=True,
+              column_order=tuple((loss,) for loss in G22_PLANTNET_LOSSES)),
+    TableSpec(id="g22_imagenet_lt", rows={"k": run_k, **LOSS},
+              title="G22 §4.5.2: ImageNet-LT, test top-K accuracy (%) overall and on many-, "
+              "medium- and few-shot classes (no published CSV)",
+              metrics={f"{p}topK": at_k(f"{p}top") for p in ("", "many_", "medium_", "few_")}),
+    TableSpec(id="g22_time", paper="g22_fig3_epoch_time", rows={"k": "params.loss.k"},
+              title="G22 Fig. 3: time per epoch as a ratio to cross-entropy",
+              columns={"loss": g22_line}, metrics={"ratio_to_ce": g22_ratio},
+              include=lambda runs: runs["loss"] != "ce", notes=g22_time_notes,
+              paper_transform=g22_time_paper, sort_columns=True, unit="ratio units"),
+]}
+
+
+def observations(spec: TableSpec, runs: pd.DataFrame) -> list[dict]:
+    """One entry per (run, metric) the run counts for: its cell, status, seed and value."""
+    keys = {name: series(source, runs) for name, source in {**spec.rows, **spec.columns}.items()}
+    values = {metric: series(source, runs) for metric, source in spec.metrics.items()}
+    uses = {m: spec.uses(runs, m) if spec.uses else None for m in spec.metrics}
+    included = spec.include(runs) if spec.include else pd.Series(True, index=runs.index)
+    entries = []
+    for i in runs.index[included.to_numpy(dtype=bool)]:
+        row = tuple(normalise_key(keys[name][i]) for name in spec.row_names)
+        col = tuple(normalise_key(keys[name][i]) for name in spec.column_names)
+        entries += [observation(runs.at[i, "status"], runs.at[i, "seed"], values[m][i],
+                                row=row, column=col, metric=m)
+                    for m in spec.metrics if uses[m] is None or uses[m][i]]
+    return entries
+
+
+def paper_cells(spec: TableSpec) -> pd.DataFrame:
+    """The published table in long form: ``row``, ``column`` (tuples of normalised keys),
+    ``metric``, ``paper``, ``paper_std``."""
+    rows = []
+    table = paper_results.load(spec.paper) if spec.paper else pd.DataFrame()
+    table = spec.paper_transform(table) if spec.paper_transform and spec.paper else table
+    for _, line in table.iterrows():
+        row = tuple(normalise_key(line[name]) for name in spec.row_names)
+        col = tuple(normalise_key(line[name]) for name in spec.column_names)
+        for metric, name in (spec.paper_columns or {m: m for m in spec.metrics}).items():
+            if number(line.get(name)) is not None:
+                rows.append({"row": row, "column": col, "metric": metric, "paper": float(line[name]),
+                             "paper_std": number(line.get(f"{name}_std"))})
+    return pd.DataFrame(rows, columns=["row", "column", "metric", "paper", "paper_std"])
+
+
+def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
+    """One row per (row key, column key, metric) that the paper or a run has, in the paper's
+    order then ours: keys, :func:`summarise_cell`'s statistics, ``counts``, ``paper``,
+    ``paper_std`` and ``diff`` = ours − paper."""
+    entries, paper = observations(spec, sweep.runs), paper_cells(spec)
+    published = {(r, c, m): (p, s) for r, c, m, p, s in paper.itertuples(index=False)}
+    rows = ordered([e["row"] for e in entries], paper["row"])
+    columns = ordered([e["column"] for e in entries], [*spec.column_order, *paper["column"]],
+                      sort_all=spec.sort_columns)
+    grouped = {}
+    for entry in entries:
+        grouped.setdefault((entry["row"], entry["column"], entry["metric"]), []).append(entry)
+    out = []
+    for (row_rank, row), (column_rank, col) in ((r, c) for r in enumerate(rows)
+                                                 for c in enumerate(columns)):
+        for metric in spec.metrics:
+            mine = grouped.get((row, col, metric), [])
+            if not mine and (row, col, metric) not in published:
+                continue
+            cell = summarise_cell(mine, sweep.seeds)
+            value, std = published.get((row, col, metric), (math.nan, None))
+            out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
+                        "metric": metric, **cell, "counts": count_text(cell), "paper": value,
+                        "paper_std": math.nan if std is None else std, "diff": cell["mean"] - value,
+                        "_row": row, "_column": col, "_row_rank": row_rank,
+                        "_column_rank": column_rank})
+    return pd.DataFrame(out)
+
+
+def cell_texts(cell: Mapping) -> dict:
+    counts = count_text(cell)
+    ours = (f"{mean_text(cell['mean'], cell['std'])} ({counts})" if cell["n"]
+            else counts if counts == "no run" else f"– ({counts})")
+    return {"ours": ours, "paper": mean_text(cell["paper"], cell["paper_std"], missing=""),
+            "ours − paper": fmt(cell["diff"], sign=True, missing="")}
+
+
+def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFrame:
+    """The paper's layout: rows are the row keys; columns (column key…, metric, field) for
+    ours (mean ± std (seed counts)), paper and ours − paper; empty cells say "no run"."""
+    metrics = list(metrics or spec.metrics)
+    rows, columns = (sorted(dict(zip(cells[k], cells[f"{k}_rank"])).items(), key=lambda kv: kv[1])
+                     for k in ("_row", "_column"))
+    lookup = {(r, c, m): cell_texts(cell) for r, c, m, cell in
+              zip(cells["_row"], cells["_column"], cells["metric"], cells.to_dict("records"))}
+    header, data = [], []
+    for (col, _), metric, name in ((c, m, f) for c in columns for m in metrics for f in FIELDS):
+        header.append((*map(display, col), *((metric,) if len(metrics) > 1 else ()), name))
+        data.append([lookup.get((r, col, metric), {"ours": "no run"}).get(name, "")
+                     for r, _ in rows])
+    index = pd.MultiIndex.from_tuples([tuple(map(display, r)) for r, _ in rows],
+                                      names=spec.row_names)
+    frame = pd.DataFrame(dict(enumerate(data)),
+                         index=index.get_level_values(0) if index.nlevels == 1 else index)
+    frame.columns = (pd.MultiIndex.from_tuples(header) if len(header[0]) > 1
+                     else [h[0] for h in header])
+    return frame
+
+
+def sections(spec: TableSpec, cells: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """``(caption, wide table)`` pairs: one per metric if the paper prints them apart."""
+    if cells.empty:
+        return []
+    if not spec.split_metrics:
+        return [("", wide_table(spec, cells))]
+    return [(metric, wide_table(spec, cells[cells["metric"] == metric], [metric]))
+            for metric in spec.metrics if (cells["metric"] == metric).any()]
+
+
+def cell_legend(unit: str) -> str:
+    return ("Each cell: ours = mean ± std (ddof=1) over completed seeds (completed/expected "
+            "seeds; failed, interrupted, still-running, value-less and missing runs are counted "
+            "and left out of the mean); paper = the published mean (± its std); ours − paper "
+            f"in {unit}.")
+
+
+def build_sweep_table(spec: TableSpec, sweep: Sweep) -> Table:
+    cells = cell_table(spec, sweep)
+    preamble = [sweep.header(), cell_legend(spec.unit)]
+    preamble += [f"Paper: `topk/paper_results/{spec.paper}.csv`."] if spec.paper else []
+    preamble += spec.notes(sweep.runs)
+    tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
+    return Table(spec.id, spec.title, preamble, sections(spec, cells), tidy)
+
+
+def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Path("outputs"),
+                bench_file: Path | None = None) -> Table:
+    """Build one table from ``sweep_dir`` (default: the newest ``<outputs>/sweeps/<id>/*``);
+    ``b18_speed`` from ``bench_file`` (default ``<outputs>/bench/losses.json``).
+
+    Raises FileNotFoundError (no sweep, run record or benchmark file; the message names the
+    command to run) or ConfigError (a sweep of another experiment, or of none)."""
+    if table_id == "b18_speed":
+        from topk.report.speed import speed_table
+
+        return speed_table(bench_file or Path(outputs) / "bench" / "losses.json")
+    if table_id not in TABLES:
+        raise ValueError(f"unknown table {table_id!r}; choose one of {', '.join(TABLE_IDS)}")
+    sweep_dir = sweep_dir or latest_sweep_dir(outputs, table_id)
+    return build_sweep_table(TABLES[table_id], read_sweep(sweep_dir, table_id))
+
+
+def make_table(table_id: str, out_dir: Path, **kwargs) -> tuple[Table, dict[str, Path]]:
+    table = build_table(table_id, **kwargs)
+    return table, write_table(table, out_dir)
+
+
+TABLE_IDS = (*TABLES, "b18_speed")
