@@ -7,7 +7,7 @@ EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet
                g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
-.PHONY: install demo test test-all lint bench bench-losses bench-data bench-epochs bench-train smoke sweeps figures clean \
+.PHONY: install demo test test-all lint bench bench-losses bench-data bench-epochs bench-train smoke sweeps figures report clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed
 
@@ -34,15 +34,16 @@ lint: install
 
 # Wall time of the three S20 sweeps against a bare PyTorch loop (outputs/bench/sweeps.{json,md}).
 bench: install
-	$(PY) scripts/bench_sweeps.py
+	$(PY) scripts/bench_train.py sweeps
 
 # Speed (ratio to cross-entropy) and float32 stability of every loss (outputs/bench/losses.{json,md}).
 bench-losses: install
 	$(PY) scripts/bench_losses.py
 
-# Images per second of the engine against a bare PyTorch loop (outputs/bench/train.{json,md}).
+# Images per second of the engine against the same bare PyTorch loop on a DenseNet 40-12
+# (outputs/bench/train.{json,md}).
 bench-train: install
-	$(PY) scripts/bench_train.py
+	$(PY) scripts/bench_train.py densenet
 
 # Training-step times of every paper experiment's model on this machine, and the compute its sweep
 # needs (outputs/bench/epochs.{json,md}).
@@ -81,5 +82,11 @@ sweeps: sweep-s20_exp1 sweep-s20_exp2 sweep-s20_exp3
 
 figures: $(addprefix figure-,$(FIGURE_IDS))
 
+# One static page with every paper item: its tables and figures beside the published numbers, its
+# status and the command that produces it, from whatever runs exist (full sweeps first, else the
+# smoke ones): outputs/report/index.html, which opens from disk. `make smoke` builds it too.
+report: install
+	$(PY) scripts/make_report.py
+
 clean:
-	rm -rf outputs/runs outputs/sweeps outputs/figures outputs/tables outputs/smoke outputs/smoke_data
+	rm -rf outputs/runs outputs/sweeps outputs/figures outputs/tables outputs/smoke outputs/smoke_data outputs/report

@@ -6,7 +6,7 @@
     torchrun --nproc_per_node=2 train.py ...         # data-parallel over 2 processes (DDP)
 
 Hydra composes ``conf/train.yaml``; this file is the only place that turns configuration into
-objects (DESIGN §2). Every run leaves its record in its Hydra run directory.
+objects (docs/design.md §2). Every run leaves its record in its Hydra run directory.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import inspect
 import logging
 import random
-import signal
 import sys
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from topk.data import TensorBatches
 from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit
 from topk.data.transforms import Compose, Normalize
-from topk.engine import FitSettings, RunInterrupted, fit, resolve_device
+from topk.engine import FitSettings, RunInterrupted, fit, resolve_device, stop_requests
 from topk.errors import ConfigError, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep
 from topk.losses.targets import check_num_classes_for_k
@@ -54,10 +53,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
-
-def _raise_keyboard_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def base_record(cfg: DictConfig, choices) -> dict:
@@ -143,7 +138,7 @@ def check_trainer(cfg: DictConfig) -> None:
 def data_arguments(node: DictConfig, splits) -> dict:
     """What a loss or augmentation asks for by name in its constructor, from the data:
     ``class_counts`` of the training split (LDAM and noised imbalanced margins) and
-    ``num_classes`` (Mixup's one-hot targets). Losses know nothing of data sets (DESIGN §2)."""
+    ``num_classes`` (Mixup's one-hot targets). Losses know nothing of data sets (docs/design.md §2)."""
     parameters = inspect.signature(get_class(node._target_)).parameters
     available = {"class_counts": splits.class_counts, "num_classes": splits.num_classes}
     return {
@@ -194,6 +189,24 @@ def _split_batches(splits, name, trainer, seed, device, augment, normalize, dist
     return TensorBatches(
         split, batch_size, shuffle=training and batch_size is not None, seed=seed, device=device,
         transform=Compose(transform, layout) if layout else transform, **shares,
+    )
+
+
+def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> FitSettings:
+    """``trainer.*`` as the engine takes it; checkpoints remember the run's flat config."""
+    return FitSettings(
+        epochs=int(trainer.epochs),
+        ks=ks,
+        selection_metric=trainer.selection_metric,
+        eval_every=int(trainer.eval_every),
+        checkpoint_every=int(trainer.checkpoint_every),
+        resume=bool(trainer.resume),
+        progress=bool(trainer.progress),
+        tensorboard=bool(trainer.tensorboard),
+        description=f"{record['loss']} seed {record['seed']}",
+        class_groups=splits.class_groups,
+        amp=str(trainer.amp),
+        config=record["params"],
     )
 
 
@@ -251,27 +264,12 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         if getattr(splits, name) is not None
     }
 
-    settings = FitSettings(
-        epochs=int(trainer.epochs),
-        ks=ks,
-        selection_metric=trainer.selection_metric,
-        eval_every=int(trainer.eval_every),
-        checkpoint_every=int(trainer.checkpoint_every),
-        resume=bool(trainer.resume),
-        progress=bool(trainer.progress),
-        tensorboard=bool(trainer.tensorboard),
-        description=f"{record['loss']} seed {record['seed']}",
-        class_groups=splits.class_groups,
-        amp=str(trainer.amp),
-        config=record["params"],
-    )
     result = fit(
         model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
-        splits.num_classes, run_dir, settings, augment=augment, on_epoch_end=on_epoch_end,
-        distributed=distributed,
+        splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), augment=augment,
+        on_epoch_end=on_epoch_end, distributed=distributed,
     )
     record.update(
-        status="completed",
         best_epoch=result.best_epoch,
         val=result.metrics.get("val", {}),
         test=result.metrics.get("test", {}),
@@ -295,6 +293,16 @@ def log_to_file_only(message: str) -> None:
             handler.handle(entry)
 
 
+def end_record(run_dir: Path, record: dict, distributed, status: str, error: str | None) -> None:
+    """Write the run's final ``status`` (rank 0); a failed or interrupted run's ``error`` goes to
+    ``train.log`` too."""
+    record.update(status=status, error=error)
+    if distributed.is_main:
+        write_results(run_dir, record)
+        if error is not None:
+            log_to_file_only(f"{status}: {error}")
+
+
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``.
 
@@ -315,26 +323,18 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
             claim(run_dir)
         write_results(run_dir, record)
     try:
-        try:
-            distributed, device = dist_setup.setup(
-                cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device)
-            )
-            run_dir = Path(distributed.broadcast(str(run_dir)))
-            dist_setup.remove_worker_scratch()
-            run(cfg, run_dir, record, on_epoch_end, distributed, device)
-        except KeyboardInterrupt:  # before training started (fit turns later ones into RunInterrupted)
-            raise RunInterrupted(0) from None
+        distributed, device = dist_setup.setup(cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device))
+        run_dir = Path(distributed.broadcast(str(run_dir)))
+        dist_setup.remove_worker_scratch()
+        run(cfg, run_dir, record, on_epoch_end, distributed, device)
+    except KeyboardInterrupt as stop:  # fit's RunInterrupted, or a stop before training: nothing saved
+        interruption = stop if isinstance(stop, RunInterrupted) else RunInterrupted(0)
+        end_record(run_dir, record, distributed, "interrupted", str(interruption))
+        raise interruption from None
     except Exception as error:
-        if isinstance(error, RunInterrupted):
-            record.update(status="interrupted", error=str(error))
-        else:
-            record.update(status="failed", error=f"{type(error).__name__}: {error}")
-        if distributed.is_main:
-            write_results(run_dir, record)
-            log_to_file_only(f"{record['status']}: {record['error']}")
+        end_record(run_dir, record, distributed, "failed", f"{type(error).__name__}: {error}")
         raise
-    if distributed.is_main:
-        write_results(run_dir, record)
+    end_record(run_dir, record, distributed, "completed", None)
     top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top3", "top5")}
     log.info("completed: test %s; record in %s", top, run_dir / "results.json")
     return record
@@ -353,38 +353,42 @@ def warn_if_single_run_of_a_sweep(cfg: DictConfig) -> None:
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     """One run prints its error as one sentence and exits 1 (130 when interrupted); in a sweep a
-    failed run prints its sentence and the sweep goes on, while an interrupted one stops it."""
+    failed run prints its sentence and the sweep goes on, while an interrupted one stops it: a
+    ``RunInterrupted`` is a ``KeyboardInterrupt``, which Hydra's launchers let through to
+    ``__main__`` below.
+
+    Ctrl-C and SIGTERM are :class:`topk.engine.StopRequests`' (installed here for the job's
+    process, which under joblib is a worker of its own, and at ``__main__`` for the launching
+    one): a ``KeyboardInterrupt`` at once, except while ``fit`` trains, where it stops at the
+    next batch boundary."""
     single_run = HydraConfig.get().mode == RunMode.RUN
-    try:  # SIGTERM acts as Ctrl-C; fit() takes both over between batches while it trains
-        signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    except ValueError:  # not the main thread (some launchers): Ctrl-C handling still applies
-        pass
     if single_run:
         warn_if_single_run_of_a_sweep(cfg)
-    try:
-        train(cfg)
-    except RunInterrupted as interruption:
-        if not single_run:
-            raise KeyboardInterrupt from None  # stops the whole sweep: one line and exit 130 below
-        print(f"Interrupted: {interruption}; the same command with trainer.resume=true continues "
-              "it.", file=sys.stderr)
-        sys.exit(130)
-    except TopkError as error:
-        if single_run:
-            print(f"Error: {error}", file=sys.stderr)
-            sys.exit(1)
-        print(f"Error in {HydraConfig.get().runtime.output_dir}: {error}", file=sys.stderr)
+    with stop_requests.installed():
+        try:
+            train(cfg)
+        except RunInterrupted as interruption:
+            if not single_run:
+                raise  # stops the whole sweep: one line and exit 130 at __main__
+            print(f"Interrupted: {interruption}; the same command with trainer.resume=true "
+                  "continues it.", file=sys.stderr)
+            sys.exit(130)
+        except TopkError as error:
+            if single_run:
+                print(f"Error: {error}", file=sys.stderr)
+                sys.exit(1)
+            print(f"Error in {HydraConfig.get().runtime.output_dir}: {error}", file=sys.stderr)
 
 
 if __name__ == "__main__":
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)
-    # SIGTERM acts as Ctrl-C here too: a launcher waiting for its workers (joblib) stops them
-    signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
-    try:
-        main()
-    except KeyboardInterrupt:
-        close_interrupted_sweep()
-        print("Interrupted: the records say where each run stopped; the same command with "
-              "trainer.resume=true continues it.", file=sys.stderr)
-        sys.exit(130)
+    # Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too
+    with stop_requests.installed():
+        try:
+            main()
+        except KeyboardInterrupt:
+            close_interrupted_sweep()
+            print("Interrupted: the records say where each run stopped; the same command with "
+                  "trainer.resume=true continues it.", file=sys.stderr)
+            sys.exit(130)

@@ -45,21 +45,20 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import torch
+import torchvision
+from PIL import Image
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+from topk.data.batches import TensorBatches
+from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD
+from topk.data.reference import PerImageCifar, per_image_transform
+from topk.data.splits import TensorSplit
+from topk.data.transforms import Compose, Cutout, Normalize, RandomCropFlip
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torchvision  # noqa: E402
-from PIL import Image  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
-from torchvision import transforms  # noqa: E402
-
-from topk.data.batches import TensorBatches  # noqa: E402
-from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD  # noqa: E402
-from topk.data.reference import PerImageCifar, per_image_transform  # noqa: E402
-from topk.data.splits import TensorSplit  # noqa: E402
-from topk.data.transforms import Compose, Cutout, Normalize, RandomCropFlip  # noqa: E402
 
 TARGET_RATIO = 5.0
 

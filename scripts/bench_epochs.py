@@ -62,18 +62,18 @@ import platform
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
+import torch
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.utils import get_class, instantiate
+from omegaconf import OmegaConf, open_dict
+
+from topk.hydra_callbacks import sweep_values
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.core.global_hydra import GlobalHydra  # noqa: E402
-from hydra.utils import get_class, instantiate  # noqa: E402
-from omegaconf import OmegaConf, open_dict  # noqa: E402
-
-from topk.tables import sweep_values  # noqa: E402
 
 EXPERIMENTS = ("s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau", "g22_epsilon",
                "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt")
@@ -315,7 +315,7 @@ def g22_gpu_epoch_seconds() -> float | None:
     return None
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="batches cut to 16 images (times scaled per image), 1 timed step: rough")
@@ -326,46 +326,52 @@ def main(argv=None) -> int:
     parser.add_argument("--no-share", action="store_true",
                         help="time every row's step directly instead of once per network")
     args = parser.parse_args(argv)
-    budget = args.budget if args.budget is not None else (3.0 if args.quick else 60.0)
-    min_steps, max_batch = (1, 16) if args.quick else (2, None)
-    loss_budget = 0.05 if args.quick else 0.3
-    started = time.perf_counter()
-    info = machine()
-    header = (f"Measured {datetime.date.today().isoformat()} on {info['cpu']}, {info['cores']} cores, "
-              f"torch {info['torch']}, {info['threads']} threads, float32"
-              + (" (--quick: batches of 16 scaled per image, rough)" if args.quick else ""))
-    print(header, flush=True)
+    args.budget = args.budget if args.budget is not None else (3.0 if args.quick else 60.0)
+    args.min_steps, args.max_batch = (1, 16) if args.quick else (2, None)
+    args.loss_budget = 0.05 if args.quick else 0.3
+    return args
 
-    # 1. Every run of every sweep, from the composed configs.
+
+def enumerate_sweeps(experiments) -> dict:
+    """1. Every run of every sweep, from the composed configs."""
     GlobalHydra.instance().clear()
     sweeps = {}
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        for experiment in args.experiments:
+        for experiment in experiments:
             params, runs = enumerate_runs(experiment)
             sweeps[experiment] = {"params": params, "runs": runs}
             print(f"{experiment}: {sum(run['count'] for run in runs)} runs", flush=True)
+    return sweeps
 
-    # 2. Each distinct loss alone.
+
+def time_losses(sweeps: dict, budget: float) -> tuple[dict, dict, float]:
+    """2. Each distinct loss alone: its seconds and timing by loss key, and the median CPU use."""
     loss_seconds, loss_timings = {}, {}
     for sweep in sweeps.values():
         for run in sweep["runs"]:
             if run["loss_key"] not in loss_seconds:
-                timing = time_loss(run, loss_budget)
+                timing = time_loss(run, budget)
                 loss_seconds[run["loss_key"]] = timing["seconds"]
-                loss_timings[run["loss_key"]] = {**timing, "batch": run["batch_size"],
-                                                 "classes": run["classes"]}
+                loss_timings[run["loss_key"]] = {**timing, "batch": run["batch_size"], "classes": run["classes"]}
     loss_cpu_use = statistics.median(timing["cpu_use"] for timing in loss_timings.values())
-    print(f"timed {len(loss_seconds)} loss configurations alone (median CPU use {loss_cpu_use:.2f})",
-          flush=True)
+    print(f"timed {len(loss_seconds)} loss configurations alone (median CPU use {loss_cpu_use:.2f})", flush=True)
+    return loss_seconds, loss_timings, loss_cpu_use
 
-    # 3. The rows, and the runs whose full step is timed: per network (or per row, --no-share),
-    #    the costliest loss of all the rows that train it.
+
+def timing_key(row: dict, no_share: bool):
+    """The network's key (its step timed once for all its rows), or with ``--no-share`` the row's."""
+    return row["network_key"] if not no_share else (row["network_key"], row["loss_key"])
+
+
+def time_networks(sweeps: dict, loss_seconds: dict, args) -> dict:
+    """3. The rows, and the runs whose full step is timed: per network (or per row, --no-share),
+    the costliest loss of all the rows that train it. Returns the step timings by timing key."""
     for experiment, sweep in sweeps.items():
         sweep["rows"] = select_rows(experiment, sweep["runs"], loss_seconds)
     timed = {}
     for sweep in sweeps.values():
         for row in sweep["rows"]:
-            key = row["network_key"] if not args.no_share else (row["network_key"], row["loss_key"])
+            key = timing_key(row, args.no_share)
             if key not in timed or loss_seconds[row["loss_key"]] > loss_seconds[timed[key]["loss_key"]]:
                 timed[key] = row
     steps = {}
@@ -373,71 +379,77 @@ def main(argv=None) -> int:
         gc.collect()  # the previous network's activations and optimiser state
         print(f"timing {run['model_label']} {run['input_shape']} batch {run['batch_size']}, "
               f"{run['loss_label']} ...", end=" ", flush=True)
-        steps[key] = time_training_step(run, budget, min_steps, max_batch)
+        steps[key] = time_training_step(run, args.budget, args.min_steps, args.max_batch)
         steps[key]["loss_key"] = run["loss_key"]
         print(f"{steps[key]['step_seconds']:.2f} s/step (CPU use {steps[key]['cpu_use']:.2f})", flush=True)
+    return steps
 
-    def network_step(run: dict, row: dict) -> tuple[float, dict]:
-        """``run``'s step: the network step timed for ``row`` (a row of ``run``'s network), with
-        the timed loss's own time replaced by ``run``'s loss's."""
-        key = row["network_key"] if not args.no_share else (row["network_key"], row["loss_key"])
-        measurement = steps[key]
-        seconds = (measurement["step_seconds"] - loss_seconds[measurement["loss_key"]]
-                   + loss_seconds[run["loss_key"]])
-        return seconds, measurement
 
-    # 4. Per run, per row, per experiment.
+def network_step(run: dict, row: dict, steps: dict, loss_seconds: dict, no_share: bool) -> tuple[float, dict]:
+    """``run``'s step: the network step timed for ``row`` (a row of ``run``'s network), with the
+    timed loss's own time replaced by ``run``'s loss's."""
+    measurement = steps[timing_key(row, no_share)]
+    seconds = measurement["step_seconds"] - loss_seconds[measurement["loss_key"]] + loss_seconds[run["loss_key"]]
+    return seconds, measurement
+
+
+def estimate_rows(experiment: str, sweep: dict, step_of, loss_seconds: dict) -> tuple[list[dict], dict]:
+    """4a. The report's rows of one experiment, and the row each run counts with (its network's
+    row nearest in loss cost); ``step_of(run, row)`` is :func:`network_step` bound to the timings."""
+    rows = sweep["rows"]
+    row_runs, row_of = {id(row): [] for row in rows}, {}
+    for run in sweep["runs"]:
+        mine = [row for row in rows if row["network_key"] == run["network_key"]]
+        nearest = min(mine, key=lambda row: abs(loss_seconds[row["loss_key"]] - loss_seconds[run["loss_key"]]))
+        row_runs[id(nearest)].append(run)
+        row_of[id(run)] = nearest
+    out_rows = []
+    for row in rows:
+        step, measurement = step_of(row, row)
+        covered = row_runs[id(row)]
+        out_rows.append({
+            "experiment": experiment, "model": row["model_label"], "dataset": row["dataset"],
+            "input": "x".join(map(str, row["input_shape"])), "batch": row["batch_size"],
+            "classes": row["classes"], "loss": row["loss_label"],
+            "pretrained_in_config": row["pretrained"],
+            "measured": measurement["loss_key"] == row["loss_key"],
+            "step_seconds": step, "loss_seconds": loss_seconds[row["loss_key"]],
+            "train_images": row["train_images"], "steps_per_epoch": math.ceil(row["train_images"] / row["batch_size"]),
+            "epoch_seconds": math.ceil(row["train_images"] / row["batch_size"]) * step, "epochs": row["epochs"],
+            "runs": sum(run["count"] for run in covered), "hours_per_run": run_hours(row, step),
+            "sweep_cpu_hours": sum(run["count"] * run_hours(run, step_of(run, row)[0]) for run in covered),
+            "sweep_cpu_hours_at_timed_loss": sum(run["count"] * run_hours(run, step) for run in covered),
+            "cpu_use": measurement["cpu_use"],
+        })
+    return out_rows, row_of
+
+
+def estimate(sweeps: dict, step_of, loss_seconds: dict) -> tuple[dict, list[dict]]:
+    """4. Per run, per row, per experiment: the results by experiment and all rows."""
     results, lines = {}, []
     for experiment, sweep in sweeps.items():
-        rows = sweep["rows"]
-        row_runs = {id(row): [] for row in rows}
-        row_of = {}
-        for run in sweep["runs"]:  # each run counts with the row of its network nearest in loss cost
-            mine = [row for row in rows if row["network_key"] == run["network_key"]]
-            nearest = min(mine, key=lambda row: abs(loss_seconds[row["loss_key"]] - loss_seconds[run["loss_key"]]))
-            row_runs[id(nearest)].append(run)
-            row_of[id(run)] = nearest
-        out_rows = []
-        for row in rows:
-            step, measurement = network_step(row, row)
-            epoch_seconds = math.ceil(row["train_images"] / row["batch_size"]) * step
-            covered = row_runs[id(row)]
-            sweep_hours = sum(run["count"] * run_hours(run, network_step(run, row)[0]) for run in covered)
-            out_rows.append({
-                "experiment": experiment, "model": row["model_label"], "dataset": row["dataset"],
-                "input": "x".join(map(str, row["input_shape"])), "batch": row["batch_size"],
-                "classes": row["classes"], "loss": row["loss_label"],
-                "pretrained_in_config": row["pretrained"],
-                "measured": measurement["loss_key"] == row["loss_key"],
-                "step_seconds": step, "loss_seconds": loss_seconds[row["loss_key"]],
-                "train_images": row["train_images"], "steps_per_epoch": math.ceil(row["train_images"] / row["batch_size"]),
-                "epoch_seconds": epoch_seconds, "epochs": row["epochs"],
-                "runs": sum(run["count"] for run in covered), "hours_per_run": run_hours(row, step),
-                "sweep_cpu_hours": sweep_hours,
-                "sweep_cpu_hours_at_timed_loss": sum(
-                    run["count"] * run_hours(run, step) for run in covered),
-                "cpu_use": measurement["cpu_use"],
-            })
+        out_rows, row_of = estimate_rows(experiment, sweep, step_of, loss_seconds)
         by_size = {}
         for run in sweep["runs"]:
-            step = network_step(run, row_of[id(run)])[0]
-            by_size.setdefault(run["train_images"], []).append(run_hours(run, step))
+            by_size.setdefault(run["train_images"], []).append(run_hours(run, step_of(run, row_of[id(run)])[0]))
+        configs = {json.dumps({"model": run["model_label"], "batch": run["batch_size"], "epochs": run["epochs"],
+                               "input": run["input_shape"], "train_images": run["train_images"]})
+                   for run in sweep["runs"]}
         results[experiment] = {
             "sweep": {k: [override_text(v) for v in values] for k, values in sweep["params"].items()},
             "runs": sum(run["count"] for run in sweep["runs"]),
-            "configs": [json.loads(text) for text in sorted({json.dumps({"model": run["model_label"], "batch": run["batch_size"],
-                                           "epochs": run["epochs"], "input": run["input_shape"],
-                                           "train_images": run["train_images"]})
-                               for run in sweep["runs"]})],
+            "configs": [json.loads(text) for text in sorted(configs)],
             "hours_per_run_by_train_images": {size: max(hours) for size, hours in sorted(by_size.items())},
             "rows": out_rows,
             "sweep_cpu_hours": sum(row["sweep_cpu_hours"] for row in out_rows),
             "sweep_cpu_hours_at_timed_loss": sum(row["sweep_cpu_hours_at_timed_loss"] for row in out_rows),
         }
         lines.extend(out_rows)
+    return results, lines
 
-    # 5. The report.
-    info["load_average_end"] = list(os.getloadavg())
+
+def report_tables(results: dict, lines: list[dict]) -> list[str]:
+    """5a. The table of rows and the table of sweep totals, as Markdown lines."""
     table = ["| experiment | model | input | batch | loss timed | step s | epoch s | epochs | runs | "
              "hours per run | sweep CPU-hours |",
              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
@@ -453,6 +465,11 @@ def main(argv=None) -> int:
         hours = result["sweep_cpu_hours"]
         totals.append(f"| {experiment} | {result['runs']} | {fmt(hours)} | {fmt(hours / 24)} | "
                       f"{hours / 24 / 365.25:.2g} | {fmt(result['sweep_cpu_hours_at_timed_loss'])} |")
+    return [*table, "", *totals]
+
+
+def method_notes(lines: list[dict], steps: dict, loss_cpu_use: float, info: dict, budget: float) -> list[str]:
+    """5b. How the numbers were made, and how busy the machine was."""
     notes = [
         f"- Training steps only (forward, loss, backward, SGD step) on random inputs; evaluation, "
         f"data loading and decoding, augmentation and checkpoints are not included, so real runs "
@@ -481,34 +498,56 @@ def main(argv=None) -> int:
                      + ", ".join(busy + (["the losses timed alone"] if loss_cpu_use < BUSY_CPU_USE else []))
                      + "; those times are too long (short parallel operations, as a loss, suffer "
                        "most: up to 100x). Rerun on an idle machine.")
+    return notes
+
+
+def scale_notes(results: dict, lines: list[dict], loss_seconds: dict) -> list[str]:
+    """5c. ImageNet's hours by training-set size, and the one published GPU epoch time for scale."""
+    notes = []
     if "b18_imagenet" in results:
         sizes = results["b18_imagenet"]["hours_per_run_by_train_images"]
         notes.append("- b18_imagenet hours per run by training images: " + ", ".join(
             f"{size:,}: {fmt(hours)}" for size, hours in sizes.items()) + ".")
     gpu = g22_gpu_epoch_seconds()
     dense = next((row for row in lines if row["model"] == "DenseNet 40-40"), None)
-    if gpu and dense:
-        network_only = dense["step_seconds"] - dense["loss_seconds"]
-        ce = next((s for k, s in loss_seconds.items()
-                   if json.loads(k)[0]["_target_"] == "torch.nn.CrossEntropyLoss"
-                   and json.loads(k)[2:] == [100, 64]), 0.0)
-        here = dense["steps_per_epoch"] * (network_only + ce)
-        notes.append(
-            f"- No GPU estimate: nothing here measures a GPU, and the speed-up depends on the model "
-            f"and the GPU. Every experiment above needs one. For scale only: G22 Fig. 3 reports "
-            f"{gpu:g} s per DenseNet 40-40 CIFAR-100 epoch with cross-entropy on a GPU it does not "
-            f"name; this machine needs {fmt(here)} s ({fmt(here / gpu)}x longer).")
-    else:
-        notes.append("- No GPU estimate: nothing here measures a GPU; every experiment above needs one.")
+    if not (gpu and dense):
+        return [*notes, "- No GPU estimate: nothing here measures a GPU; every experiment above needs one."]
+    network_only = dense["step_seconds"] - dense["loss_seconds"]
+    ce = next((s for k, s in loss_seconds.items()
+               if json.loads(k)[0]["_target_"] == "torch.nn.CrossEntropyLoss" and json.loads(k)[2:] == [100, 64]), 0.0)
+    here = dense["steps_per_epoch"] * (network_only + ce)
+    notes.append(
+        f"- No GPU estimate: nothing here measures a GPU, and the speed-up depends on the model "
+        f"and the GPU. Every experiment above needs one. For scale only: G22 Fig. 3 reports "
+        f"{gpu:g} s per DenseNet 40-40 CIFAR-100 epoch with cross-entropy on a GPU it does not "
+        f"name; this machine needs {fmt(here)} s ({fmt(here / gpu)}x longer).")
+    return notes
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    info = machine()
+    header = (f"Measured {datetime.date.today().isoformat()} on {info['cpu']}, {info['cores']} cores, "
+              f"torch {info['torch']}, {info['threads']} threads, float32"
+              + (" (--quick: batches of 16 scaled per image, rough)" if args.quick else ""))
+    print(header, flush=True)
+    sweeps = enumerate_sweeps(args.experiments)
+    loss_seconds, loss_timings, loss_cpu_use = time_losses(sweeps, args.loss_budget)
+    steps = time_networks(sweeps, loss_seconds, args)
+    step_of = partial(network_step, steps=steps, loss_seconds=loss_seconds, no_share=args.no_share)
+    results, lines = estimate(sweeps, step_of, loss_seconds)
+    info["load_average_end"] = list(os.getloadavg())
+    notes = [*method_notes(lines, steps, loss_cpu_use, info, args.budget), *scale_notes(results, lines, loss_seconds)]
     seconds = time.perf_counter() - started
     notes.append(f"- This benchmark took {seconds / 60:.1f} minutes.")
-    markdown = "\n".join([f"# Epoch times and compute per experiment\n\n{header}.\n", *table, "",
-                          *totals, "", *notes]) + "\n"
+    markdown = "\n".join([f"# Epoch times and compute per experiment\n\n{header}.\n",
+                          *report_tables(results, lines), "", *notes]) + "\n"
     print()
     print(markdown)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {
-        "machine": info, "header": header, "quick": args.quick, "budget_seconds": budget,
+        "machine": info, "header": header, "quick": args.quick, "budget_seconds": args.budget,
         "shared_network_timings": not args.no_share, "seconds": seconds,
         "experiments": results,
         "step_timings": [{k: v for k, v in m.items() if k != "loss_key"} for m in steps.values()],

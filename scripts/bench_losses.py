@@ -25,15 +25,14 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+import torch.nn.functional as F
+from hydra import compose, initialize_config_dir
+from hydra.utils import get_class, instantiate
+
+from topk.functional.esp import log_esp, log_esp_summation
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from hydra.utils import get_class, instantiate  # noqa: E402
-
-from topk.functional.esp import log_esp, log_esp_summation  # noqa: E402
 
 BATCH = 256
 TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)

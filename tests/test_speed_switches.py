@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import run_in_process
-from topk.engine import gradient_clearer, load_checkpoint
+from topk.engine import load_checkpoint
 from topk.errors import ConfigError
 from topk.losses.smooth_svm import SmoothTopKSVM
 from topk.models.densenet import CifarDenseNet
@@ -56,29 +56,6 @@ def test_training_forward_is_the_model_itself_without_autocast_and_float32_with_
     assert scores.dtype == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
         torch.testing.assert_close(scores, model(images).float())
-
-
-def test_gradient_clearer_does_what_zero_grad_set_to_none_does():
-    model = CifarDenseNet(10, (3, 32, 32), depth=7)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    model(torch.randn(2, 3, 32, 32)).sum().backward()
-    parameters = list(model.parameters())
-    assert all(p.grad is not None for p in parameters)
-    gradient_clearer(optimizer)()
-    assert all(p.grad is None for p in parameters)
-
-
-def test_gradient_clearer_keeps_an_optimizers_own_zero_grad():
-    class CountingSGD(torch.optim.SGD):
-        calls = []
-
-        def zero_grad(self, set_to_none=True):
-            self.calls.append(set_to_none)
-            super().zero_grad(set_to_none)
-
-    optimizer = CountingSGD(torch.nn.Linear(2, 2).parameters(), lr=0.1)
-    gradient_clearer(optimizer)()
-    assert CountingSGD.calls == [True]
 
 
 def test_bad_amp_value_lists_the_choices():

@@ -1,13 +1,18 @@
-"""Fit and evaluate: one readable training loop.
+"""Fit and evaluate: one readable training loop, in the spirit of torchvision's reference script.
 
-``fit`` trains for ``settings.epochs`` epochs, evaluates every split in ``eval_batches`` after
-each epoch, keeps the model that is best by ``settings.selection_metric``, writes
-``checkpoints/last.pt`` (resume) and ``checkpoints/best.pt`` (selected model), ``history.csv`` and
-TensorBoard scalars, and finally evaluates the selected model on every split.
+``fit`` trains for ``settings.epochs`` epochs, evaluates every split in ``eval_batches`` every
+``settings.eval_every`` epochs, keeps the model that is best by ``settings.selection_metric``
+(:class:`BestModel`), writes ``checkpoints/last.pt`` (resume) and ``checkpoints/best.pt``
+(selected model) with ``history.csv`` (:class:`Checkpoints`), TensorBoard scalars, and finally
+evaluates the selected model on every split (:func:`final_result`).
 
-Resuming (``settings.resume``) restores model, optimiser, schedule, random-number state, history
-and best model from ``last.pt``; the batches of epoch ``e`` depend only on ``(seed, e)``, so a
-resumed run ends exactly where an uninterrupted one does.
+Resuming (``settings.resume``) restores model, optimiser, schedule, gradient scaler, random-number
+state, history and best model from ``last.pt``; the batches of epoch ``e`` depend only on
+``(seed, e)``, so a resumed run ends exactly where an uninterrupted one does.
+
+Ctrl-C and SIGTERM: :class:`StopRequests` is the one place where the two signals become a stop;
+``fit`` takes a stop at the next batch boundary and raises :class:`RunInterrupted` with the epoch
+a resume continues after.
 
 Several processes (``distributed``, see :mod:`topk.distributed`): each trains the
 DistributedDataParallel model on its share of every global batch; the loss, the stop requests and
@@ -17,6 +22,7 @@ the same metrics; only rank 0 writes checkpoints, history and TensorBoard events
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -27,6 +33,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -74,49 +81,84 @@ class FitResult:
     history: list[dict]
 
 
-class RunInterrupted(Exception):
-    """Training stopped by Ctrl-C or SIGTERM; ``last.pt`` holds the epoch to resume from."""
+# --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------
+
+class RunInterrupted(KeyboardInterrupt):
+    """Training stopped by Ctrl-C or SIGTERM; ``last.pt`` holds the epoch to resume from.
+
+    A ``KeyboardInterrupt``, so that it stops a whole sweep as Ctrl-C does: Hydra's launchers let
+    it through (they record an ordinary exception as a failed job and go on)."""
 
     def __init__(self, resume_epoch: int):
-        super().__init__(f"interrupted; resume continues after epoch {resume_epoch}")
+        super().__init__(resume_epoch)  # the only argument: pickled back as it was (joblib's workers)
         self.resume_epoch = resume_epoch
+
+    def __str__(self) -> str:
+        return f"interrupted; resume continues after epoch {self.resume_epoch}"
 
 
 class StopRequests:
-    """Turns SIGTERM and Ctrl-C into a stop that the loop takes at the next batch boundary.
+    """The process's one handler of SIGINT (Ctrl-C) and SIGTERM: the only place where a signal
+    becomes a stop, a ``KeyboardInterrupt``.
 
-    An exception raised from a signal handler can land anywhere, including inside the
-    TensorBoard writer's queue or ``torch.save``, and leave them unable to close; a flag checked
-    between batches cannot. A second signal stops at once (for a loop stuck inside one batch).
-    Outside the main thread (some launchers) no handler can be installed and Ctrl-C behaves as
-    Python's default.
+    ``with stop_requests.installed():`` handles both signals for the block. ``train.py`` wraps the
+    whole process in it, and each job of a sweep (a joblib worker is a process of its own);
+    ``fit`` wraps its training in :meth:`deferred`, which installs the handler too when nobody
+    has (a library call, a test). Blocks nest: the outermost installs the handler and puts the
+    previous ones back at its end. Only the main thread can install handlers; in another thread
+    (some launchers) Python's own Ctrl-C handling stays.
+
+    Outside ``fit``'s training a signal raises ``KeyboardInterrupt`` at once: SIGTERM acts as
+    Ctrl-C during set-up, in the final evaluation, and in a launcher waiting for its workers.
+    Inside it (:meth:`deferred`) the first signal only sets :attr:`requested`, which ``fit`` takes
+    at the next batch boundary: an exception raised from a signal handler can land anywhere,
+    inside the TensorBoard writer or ``torch.save``, and leave them unable to close; a flag read
+    between batches cannot. A second signal raises at once (for a loop stuck inside one batch).
     """
 
     signals = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.requested = False
-        self._previous = {}
+        self._deferring = False
+        self._depth = 0
+        self._previous: dict = {}
 
-    def _handle(self, signum, frame):
-        if self.requested:
-            raise KeyboardInterrupt
-        self.requested = True
+    def _handle(self, signum, frame) -> None:
+        if self._deferring and not self.requested:
+            self.requested = True
+            return
+        raise KeyboardInterrupt
 
-    def raise_if_requested(self) -> None:
-        if self.requested:
-            raise KeyboardInterrupt
+    @contextlib.contextmanager
+    def installed(self):
+        if self._depth == 0 and threading.current_thread() is threading.main_thread():
+            self._previous = {number: signal.signal(number, self._handle) for number in self.signals}
+        self._depth += 1
+        try:
+            yield self
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                for number, handler in self._previous.items():
+                    signal.signal(number, handler)
+                self._previous = {}
 
-    def install(self) -> None:
-        if threading.current_thread() is threading.main_thread():
-            for number in self.signals:
-                self._previous[number] = signal.signal(number, self._handle)
+    @contextlib.contextmanager
+    def deferred(self):
+        """The block's first signal sets :attr:`requested` (cleared on entry) instead of raising."""
+        with self.installed():
+            self.requested, self._deferring = False, True
+            try:
+                yield self
+            finally:
+                self._deferring = False
 
-    def restore(self) -> None:
-        for number, handler in self._previous.items():
-            signal.signal(number, handler)
-        self._previous.clear()
 
+stop_requests = StopRequests()
+
+
+# --- configuration checks -------------------------------------------------------------------------
 
 def resolve_device(name: str) -> torch.device:
     """``auto`` picks CUDA when present, else the CPU."""
@@ -146,6 +188,14 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups
         )
 
 
+def check_fit_settings(settings: FitSettings, splits: list[str], ks: list[int], groups=()) -> None:
+    check_selection_metric(settings.selection_metric, splits, ks, groups)
+    if settings.epochs < 1:
+        raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
+
+
+# --- one epoch's training, evaluation -------------------------------------------------------------
+
 def _global_step_loss(loss: torch.Tensor, count: int, stop, distributed: Distributed):
     """The batch's mean loss over all processes, their sample count, and whether any process was
     asked to stop, from one all-reduce of three numbers."""
@@ -154,25 +204,6 @@ def _global_step_loss(loss: torch.Tensor, count: int, stop, distributed: Distrib
                            loss.new_tensor(requested, dtype=torch.float64)])
     loss_sum, total, stops = distributed.sum_(numbers).tolist()
     return loss_sum / total, int(total), stops > 0
-
-
-def gradient_clearer(optimizer: torch.optim.Optimizer) -> Callable[[], None]:
-    """A function doing what ``optimizer.zero_grad(set_to_none=True)`` does: every optimised
-    parameter's ``.grad`` set to ``None``.
-
-    torch's ``Optimizer.zero_grad`` runs the same loop inside a TorchDynamo guard and a profiler
-    record, which cost about 12 µs per call in ``make bench-train``'s circles loop: 0.34 ms of a
-    5.1 ms epoch of 29 batches. An optimiser class with a ``zero_grad`` of its own keeps it.
-    """
-    if type(optimizer).zero_grad is not torch.optim.Optimizer.zero_grad:
-        return lambda: optimizer.zero_grad(set_to_none=True)
-    parameters = [parameter for group in optimizer.param_groups for parameter in group["params"]]
-
-    def clear_gradients() -> None:
-        for parameter in parameters:
-            parameter.grad = None
-
-    return clear_gradients
 
 
 def train_one_epoch(
@@ -185,17 +216,11 @@ def train_one_epoch(
     when each batch was seen, before the update (this process's share; the caller sums them).
     ``stop`` (a :class:`StopRequests`) is asked at every batch whether a signal asked the run to
     stop (in every process at once when there are several). ``precision`` autocasts the forward
-    pass (``trainer.amp``); the loss then sees float32 scores.
-
-    The loop makes no call it does not need: on the circles MLP's 0.17 ms steps, one more call
-    per step shows (measured with epochs alternating: ``len(labels)``, a Python-level method of
-    tensors, cost 1% of the epoch; keeping every step's ``loss.detach()`` for one read per epoch
-    cost 2% more than reading ``loss.item()`` at every step).
-    ``make bench-train`` compares the engine with a bare loop.
+    pass (``trainer.amp``); the loss then sees float32 scores. ``make bench-train`` compares
+    this loop with a bare one on DenseNet, ``make bench`` the S20 sweeps with one.
     """
     precision = precision or MixedPrecision()
     forward = precision.forward(model)
-    clear_gradients = gradient_clearer(optimizer)
     several_processes = distributed.enabled
     model.train()
     loss_sum, sample_count = 0.0, 0
@@ -217,14 +242,14 @@ def train_one_epoch(
             )
         if stop_everywhere:
             raise KeyboardInterrupt
-        clear_gradients()
+        optimizer.zero_grad(set_to_none=True)
         precision.backward_and_step(loss, optimizer)
         loss_sum += loss_value * count
         sample_count += count
         if accumulator is not None:
             accumulator.update(scores, labels)
-        if stop is not None and not several_processes:
-            stop.raise_if_requested()
+        if stop is not None and stop.requested and not several_processes:
+            raise KeyboardInterrupt
     return loss_sum / max(sample_count, 1)
 
 
@@ -279,10 +304,98 @@ def evaluate(
     return metrics, accumulator
 
 
+def evaluate_splits(
+    model, loss_fn, eval_batches: Mapping[str, object], ks, num_classes, class_groups=None,
+    precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
+) -> dict[str, tuple[dict[str, float], TopKAccumulator]]:
+    """:func:`evaluate` on every split: ``{split: (metrics, accumulator)}``."""
+    return {
+        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed)
+        for split, batches in eval_batches.items()
+    }
+
+
+def metric_columns(evaluations: Mapping[str, tuple]) -> dict[str, float]:
+    """``{"<split>/<metric>": value}``: the history's columns of :func:`evaluate_splits`."""
+    return {f"{split}/{name}": value for split, (metrics, _) in evaluations.items() for name, value in metrics.items()}
+
+
 def sum_counts(accumulator: TopKAccumulator, distributed: Distributed) -> None:
     """Add up every process's top-k hits and sample counts (integers: exact)."""
     distributed.sum_(accumulator.hits)
     distributed.sum_(accumulator.totals)
+
+
+def train_accuracy_columns(accumulator: TopKAccumulator, ks, distributed: Distributed) -> dict[str, float]:
+    """``train/top{k}`` of the scores seen while training (summed over processes)."""
+    sum_counts(accumulator, distributed)
+    accuracies = accumulator.compute()
+    return {f"train/top{k}": accuracies[f"top{k}"] for k in ks}
+
+
+def check_finite_weights(model: torch.nn.Module, epoch: int) -> None:
+    """Raise :class:`NonFiniteLossError` if any weight is NaN or infinite (one read per epoch: a
+    training loss can stay finite while an update sends the weights to infinity)."""
+    finite = torch.stack([parameter.detach().isfinite().all() for parameter in model.parameters()])
+    if not bool(finite.all()):
+        raise NonFiniteLossError(
+            f"the model's weights became NaN or infinite in epoch {epoch}; lower optim.lr or "
+            "check the data and the loss parameters."
+        )
+
+
+def check_finite_metrics(metrics: Mapping[str, Mapping[str, float]]) -> None:
+    """Raise :class:`NonFiniteLossError` if the selected model's loss on a split is not finite."""
+    for split, values in metrics.items():
+        if not math.isfinite(values["loss"]):
+            raise NonFiniteLossError(
+                f"the selected model's {split} loss is {values['loss']}; lower optim.lr or check "
+                "the data and the loss parameters."
+            )
+
+
+# --- best model, checkpoints ----------------------------------------------------------------------
+
+def _is_better(value: float, best: float | None, metric: str) -> bool:
+    if best is None:
+        return True
+    if metric.endswith("/loss"):
+        return value < best
+    return value > best
+
+
+@dataclass
+class BestModel:
+    """The model that is best so far by ``metric`` (``<split>/<name>``: lowest for a loss, else
+    highest; ``last`` selects none until the end), kept in memory until the next checkpoint."""
+
+    metric: str
+    epoch: int | None = None
+    value: float | None = None
+    state: dict | None = None
+    unsaved: bool = False
+
+    def consider(self, row: Mapping, model: torch.nn.Module) -> None:
+        """Keep ``model`` if its history ``row`` beats the best so far."""
+        value = row.get(self.metric)
+        if self.metric == "last" or value is None or not _is_better(value, self.value, self.metric):
+            return
+        self.epoch, self.value, self.unsaved = row["epoch"], value, True
+        self.state = copy.deepcopy(unwrap(model).state_dict())
+
+
+@dataclass
+class TrainingState:
+    """What a resume restores besides the model, optimiser and schedule."""
+
+    best: BestModel
+    history: list[dict] = field(default_factory=list)  # one row per completed epoch
+    epoch: int = 0  # the last completed epoch
+
+    def add_epoch(self, row: dict, model: torch.nn.Module) -> None:
+        self.history.append(row)
+        self.epoch = row["epoch"]
+        self.best.consider(row, model)
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -308,14 +421,14 @@ def load_checkpoint(path: Path) -> dict:
     return checkpoint
 
 
-def _rng_state() -> dict:
+def rng_state() -> dict:
     return {
         "cpu": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
 
 
-def _restore_rng(checkpoint: dict, distributed: Distributed) -> None:
+def restore_rng(checkpoint: dict, distributed: Distributed) -> None:
     """Each process's own random-number state (the noised losses' noise, Mixup, in-memory
     augmentation), so that processes stay independent after a resume. A checkpoint written by
     another number of processes gives rank 0's state to all, then a draw offset by the rank."""
@@ -330,48 +443,94 @@ def _restore_rng(checkpoint: dict, distributed: Distributed) -> None:
         torch.manual_seed(int(torch.randint(2**62, ())) + distributed.rank)
 
 
-def check_finite_weights(model: torch.nn.Module, epoch: int) -> None:
-    """Raise :class:`NonFiniteLossError` if any weight is NaN or infinite (one read per epoch: a
-    training loss can stay finite while an update sends the weights to infinity)."""
-    finite = torch.stack([parameter.detach().isfinite().all() for parameter in model.parameters()])
-    if not bool(finite.all()):
-        raise NonFiniteLossError(
-            f"the model's weights became NaN or infinite in epoch {epoch}; lower optim.lr or "
-            "check the data and the loss parameters."
-        )
+class Checkpoints:
+    """A run's ``checkpoints/last.pt`` (what a resume needs, and the run's flat ``config``, which
+    :mod:`topk.run_dir` compares with a resume's), ``checkpoints/best.pt`` (the selected model)
+    and ``history.csv``. Every process calls :meth:`save` (the random states of all are gathered);
+    only rank 0 writes."""
+
+    def __init__(self, run_dir: Path, model, optimizer, scheduler, precision: MixedPrecision,
+                 distributed: Distributed = SINGLE_PROCESS, config: dict | None = None):
+        self.run_dir, directory = Path(run_dir), Path(run_dir) / "checkpoints"
+        self.last, self.best = directory / "last.pt", directory / "best.pt"
+        self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
+        self.distributed, self.config = distributed, config
+        self.saved_epoch = 0  # the epoch last.pt holds
+        if distributed.is_main:
+            directory.mkdir(parents=True, exist_ok=True)
+
+    def restore(self, state: TrainingState) -> TrainingState:
+        """The state ``last.pt`` holds, with model, optimiser, schedule, gradient scaler and
+        random state restored from it; ``state`` (a fresh one) when there is no ``last.pt``."""
+        if not self.last.exists():
+            log.info("trainer.resume=true but %s does not exist: training from scratch", self.last)
+            return state
+        checkpoint = load_checkpoint(self.last)
+        unwrap(self.model).load_state_dict(checkpoint["model"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.precision.load_state_dict(checkpoint.get("grad_scaler", {}))
+        self.scheduler.load_state_dict(checkpoint["scheduler"])
+        restore_rng(checkpoint, self.distributed)
+        best_state = load_checkpoint(self.best)["model"] if self.best.exists() else None
+        best = BestModel(state.best.metric, checkpoint["best_epoch"], checkpoint["best_value"], best_state)
+        self.saved_epoch = checkpoint["epoch"]
+        log.info("resumed from %s after epoch %d", self.last, self.saved_epoch)
+        return TrainingState(best, checkpoint["history"], checkpoint["epoch"])
+
+    def save(self, state: TrainingState, tensorboard=None) -> None:
+        """Write ``last.pt`` and ``history.csv`` (and ``best.pt`` when a better model came since
+        the last save), and flush ``tensorboard`` with them; nothing when ``last.pt`` already
+        holds ``state``'s epoch."""
+        if state.epoch == self.saved_epoch:
+            return
+        rng = rng_state()
+        rank_rng = self.distributed.gather(rng) if self.distributed.enabled else None  # in every process
+        if self.distributed.is_main:
+            if state.best.unsaved:
+                self.save_best(state.best)
+            _atomic_save({
+                "format": CHECKPOINT_FORMAT, "epoch": state.epoch, "model": unwrap(self.model).state_dict(),
+                "grad_scaler": self.precision.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": rng["cpu"], "cuda_rng": rng["cuda"],
+                "rank_rng": rank_rng, "history": state.history, "best_epoch": state.best.epoch,
+                "best_value": state.best.value, "config": self.config,
+            }, self.last)
+            write_history(self.run_dir, state.history)
+        if tensorboard is not None:
+            tensorboard.flush()
+        state.best.unsaved, self.saved_epoch = False, state.epoch
+
+    def save_best(self, best: BestModel) -> None:
+        if self.distributed.is_main:
+            _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best.epoch, "model": best.state}, self.best)
 
 
-def check_finite_metrics(metrics: Mapping[str, Mapping[str, float]]) -> None:
-    """Raise :class:`NonFiniteLossError` if the selected model's loss on a split is not finite."""
-    for split, values in metrics.items():
-        if not math.isfinite(values["loss"]):
-            raise NonFiniteLossError(
-                f"the selected model's {split} loss is {values['loss']}; lower optim.lr or check "
-                "the data and the loss parameters."
-            )
+# --- progress bar, TensorBoard --------------------------------------------------------------------
+
+def progress_bar(settings: FitSettings, start_epoch: int, distributed: Distributed) -> tqdm:
+    """The epochs still to train, as a tqdm bar (off with ``settings.progress`` false or outside
+    rank 0)."""
+    return tqdm(range(start_epoch + 1, settings.epochs + 1), initial=start_epoch, total=settings.epochs,
+                desc=settings.description, disable=not settings.progress or not distributed.is_main,
+                unit="epoch", dynamic_ncols=True)
 
 
-def _is_better(value: float, best: float | None, metric: str) -> bool:
-    if best is None:
-        return True
-    if metric.endswith("/loss"):
-        return value < best
-    return value > best
+def open_tensorboard(run_dir: Path, settings: FitSettings, distributed: Distributed, start_epoch: int):
+    """The run's :class:`topk.records.TensorBoardScalars` in ``<run_dir>/tb`` (rank 0, with
+    ``settings.tensorboard``), or ``None``. On resume, the events a previous session wrote after
+    the checkpoint are purged."""
+    if not settings.tensorboard or not distributed.is_main:
+        return None
+    return TensorBoardScalars(Path(run_dir) / "tb", purge_step=start_epoch + 1 if start_epoch else None)
 
+
+# --- fit ------------------------------------------------------------------------------------------
 
 def fit(
-    model: torch.nn.Module,
-    loss_fn: torch.nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scheduler,
-    train_batches,
-    eval_batches: Mapping[str, object],
-    num_classes: int,
-    run_dir: Path,
-    settings: FitSettings,
-    augment: Callable = NoAugment(),
-    on_epoch_end: Callable[[int, dict], None] | None = None,
-    distributed: Distributed = SINGLE_PROCESS,
+    model: torch.nn.Module, loss_fn: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
+    train_batches, eval_batches: Mapping[str, object], num_classes: int, run_dir: Path,
+    settings: FitSettings, augment: Callable = NoAugment(),
+    on_epoch_end: Callable[[int, dict], None] | None = None, distributed: Distributed = SINGLE_PROCESS,
 ) -> FitResult:
     """Train ``model`` and return the selected epoch's metrics on every evaluated split.
 
@@ -380,172 +539,76 @@ def fit(
     processes (``distributed``), ``model`` is the DistributedDataParallel wrapper and the batches
     are this process's shares; ``run_dir`` is the same directory in every process.
     """
-    run_dir = Path(run_dir)
-    checkpoint_dir = run_dir / "checkpoints"
-    if distributed.is_main:
-        checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    ks, groups = clip_ks(settings.ks, num_classes), settings.class_groups or {}
+    check_fit_settings(settings, list(eval_batches), ks, list(groups))
+    device = next(unwrap(model).parameters()).device
+    precision = MixedPrecision(settings.amp, device)
     # Evaluation runs in each process on its own share, outside DDP (whose forward pass may
     # synchronise buffers across processes that evaluate different numbers of batches).
     eval_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    ks = clip_ks(settings.ks, num_classes)
-    groups = settings.class_groups or {}
-    check_selection_metric(settings.selection_metric, list(eval_batches), ks, list(groups))
-    if settings.epochs < 1:
-        raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
-    eval_every = max(1, settings.eval_every)
-    device = next(unwrap(model).parameters()).device
-    precision = MixedPrecision(settings.amp, device)
-
-    history: list[dict] = []
-    start_epoch = 0
-    best_epoch, best_value, best_state = None, None, None
-    last_path, best_path = checkpoint_dir / "last.pt", checkpoint_dir / "best.pt"
-    if settings.resume and last_path.exists():
-        checkpoint = load_checkpoint(last_path)
-        unwrap(model).load_state_dict(checkpoint["model"])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        precision.load_state_dict(checkpoint.get("grad_scaler", {}))
-        scheduler.load_state_dict(checkpoint["scheduler"])
-        _restore_rng(checkpoint, distributed)
-        history = checkpoint["history"]
-        start_epoch = checkpoint["epoch"]
-        best_epoch, best_value = checkpoint["best_epoch"], checkpoint["best_value"]
-        if best_path.exists():
-            best_state = load_checkpoint(best_path)["model"]
-        log.info("resumed from %s after epoch %d", last_path, start_epoch)
-    elif settings.resume:
-        log.info("trainer.resume=true but %s does not exist: training from scratch", last_path)
-
-    tensorboard = None
-    if settings.tensorboard and distributed.is_main:
-        tensorboard = TensorBoardScalars(run_dir / "tb", purge_step=start_epoch + 1 if start_epoch else None)
-
-    def save_checkpoints(completed_epoch: int, best_changed: bool) -> None:
-        rng = _rng_state()
-        rank_rng = distributed.gather(rng) if distributed.enabled else None  # in every process
-        if not distributed.is_main:
-            return
-        if best_changed and best_state is not None:
-            _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
-        _atomic_save(
-            {
-                "format": CHECKPOINT_FORMAT,
-                "epoch": completed_epoch,
-                "model": unwrap(model).state_dict(),
-                "grad_scaler": precision.state_dict(),
-                "optimizer": optimizer.state_dict(),
-                "scheduler": scheduler.state_dict(),
-                "rng": rng["cpu"],
-                "cuda_rng": rng["cuda"],
-                "rank_rng": rank_rng,
-                "history": history,
-                "best_epoch": best_epoch,
-                "best_value": best_value,
-                "config": settings.config,
-            },
-            last_path,
-        )
-        write_history(run_dir, history)
-        if tensorboard is not None:
-            tensorboard.flush()
-
-    completed_epoch = start_epoch
-    saved_epoch = start_epoch
-    best_unsaved = False
-    in_epoch = False
-    progress = tqdm(
-        range(start_epoch + 1, settings.epochs + 1),
-        initial=start_epoch,
-        total=settings.epochs,
-        desc=settings.description,
-        disable=not settings.progress or not distributed.is_main,
-        unit="epoch",
-        dynamic_ncols=True,
-    )
-    stop = StopRequests()
+    evaluate_all = partial(evaluate_splits, eval_model, loss_fn, eval_batches, ks, num_classes, groups,
+                           precision, distributed)
+    checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config)
+    state = TrainingState(BestModel(settings.selection_metric))
+    state = checkpoints.restore(state) if settings.resume else state
+    tensorboard = open_tensorboard(run_dir, settings, distributed, state.epoch)
+    progress = progress_bar(settings, state.epoch, distributed)
     try:
-        stop.install()
-        for epoch in progress:
-            in_epoch = True
-            started = time.perf_counter()
-            lr = optimizer.param_groups[0]["lr"]
-            evaluate_now = epoch % eval_every == 0 or epoch == settings.epochs
-            train_batches.set_epoch(epoch)
-            train_accumulator = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
-            train_loss = train_one_epoch(
-                model, loss_fn, optimizer, train_batches, augment, train_accumulator, epoch, stop,
-                precision, distributed,
-            )
-            scheduler.step()
-            check_finite_weights(model, epoch)
-            distributed.sync_buffers(eval_model)
-            row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
-            if evaluate_now:
-                sum_counts(train_accumulator, distributed)
-                train_metrics = train_accumulator.compute()
-                row.update({f"train/top{k}": train_metrics[f"top{k}"] for k in ks})
-                for split, batches in eval_batches.items():
-                    metrics, _ = evaluate(
-                        eval_model, loss_fn, batches, ks, num_classes, groups, precision, distributed
-                    )
-                    row.update({f"{split}/{name}": value for name, value in metrics.items()})
-            row["seconds"] = time.perf_counter() - started
-            in_epoch = False
-            completed_epoch = epoch
-            history.append(row)
-
-            metric = settings.selection_metric
-            value = row.get(metric)
-            if metric != "last" and value is not None and _is_better(value, best_value, metric):
-                best_epoch, best_value = epoch, value
-                best_state = copy.deepcopy(unwrap(model).state_dict())
-                best_unsaved = True
-            if tensorboard is not None:
-                tensorboard.write(epoch, row)
-            if epoch % max(1, settings.checkpoint_every) == 0 or epoch == settings.epochs:
-                save_checkpoints(epoch, best_unsaved)
-                saved_epoch, best_unsaved = epoch, False
-            if settings.progress and evaluate_now:
-                progress.set_postfix({"loss": f"{train_loss:.4f}"}, refresh=False)
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, row)
-            if distributed.any(stop.requested, device):
-                raise KeyboardInterrupt
-    except KeyboardInterrupt:
-        # Between epochs the model is consistent with ``completed_epoch``: save it. Inside an
-        # epoch it is half-updated, so the last checkpoint on disk stays the resume point.
-        if not in_epoch and completed_epoch > saved_epoch:
-            save_checkpoints(completed_epoch, best_unsaved)
-            saved_epoch = completed_epoch
-        raise RunInterrupted(saved_epoch) from None
+        with stop_requests.deferred() as stop:
+            for epoch in progress:
+                started, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
+                evaluate_now = epoch % max(1, settings.eval_every) == 0 or epoch == settings.epochs
+                train_batches.set_epoch(epoch)
+                train_counts = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
+                train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, augment, train_counts,
+                                             epoch, stop, precision, distributed)
+                scheduler.step()
+                check_finite_weights(model, epoch)
+                distributed.sync_buffers(eval_model)
+                row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
+                if evaluate_now:
+                    row.update(train_accuracy_columns(train_counts, ks, distributed))
+                    row.update(metric_columns(evaluate_all()))
+                    progress.set_postfix({"loss": f"{train_loss:.4f}"}, refresh=False)
+                row["seconds"] = time.perf_counter() - started
+                state.add_epoch(row, model)
+                if tensorboard is not None:
+                    tensorboard.write(row)
+                if epoch % max(1, settings.checkpoint_every) == 0 or epoch == settings.epochs:
+                    checkpoints.save(state, tensorboard)
+                if on_epoch_end is not None:
+                    on_epoch_end(epoch, row)
+                if distributed.any(stop.requested, device):  # between epochs: this one is kept
+                    checkpoints.save(state, tensorboard)
+                    raise KeyboardInterrupt
+        return final_result(model, state, checkpoints, evaluate_all)
+    except KeyboardInterrupt:  # inside an epoch the model is half-updated: last.pt stays the resume point
+        raise RunInterrupted(checkpoints.saved_epoch) from None
     finally:
-        stop.restore()
         progress.close()
         if tensorboard is not None:
             tensorboard.close()
 
-    if settings.selection_metric == "last" or best_state is None:
-        # ``last`` keeps the final epoch; without any evaluated epoch there is nothing to select.
-        best_epoch, best_state = completed_epoch, copy.deepcopy(unwrap(model).state_dict())
-    if distributed.is_main:
-        _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best_epoch, "model": best_state}, best_path)
-    unwrap(model).load_state_dict(best_state)
-    final_metrics, per_class, samples = {}, {}, {}
-    for split, batches in eval_batches.items():
-        metrics, accumulator = evaluate(
-            eval_model, loss_fn, batches, ks, num_classes, groups, precision, distributed
-        )
-        final_metrics[split] = metrics
-        per_class[split] = accumulator.per_class()
-        samples[split] = int(accumulator.totals.sum())
-    check_finite_metrics(final_metrics)
-    seconds = [row["seconds"] for row in history if math.isfinite(row["seconds"])]
+
+def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate_all) -> FitResult:
+    """Select the model (the best by the selection metric; the last one for ``last`` or when no
+    epoch was evaluated), write it to ``best.pt``, load it into ``model`` and evaluate it on
+    every split (``evaluate_all``: :func:`evaluate_splits` with its arguments)."""
+    best = state.best
+    if best.metric == "last" or best.state is None:
+        best.epoch, best.state = state.epoch, copy.deepcopy(unwrap(model).state_dict())
+    checkpoints.save_best(best)
+    unwrap(model).load_state_dict(best.state)
+    evaluations = evaluate_all()
+    metrics = {split: split_metrics for split, (split_metrics, _) in evaluations.items()}
+    check_finite_metrics(metrics)
+    seconds = [row["seconds"] for row in state.history if math.isfinite(row["seconds"])]
     return FitResult(
-        best_epoch=best_epoch,
-        selection_metric=settings.selection_metric,
-        metrics=final_metrics,
-        per_class=per_class,
-        samples=samples,
+        best_epoch=best.epoch,
+        selection_metric=best.metric,
+        metrics=metrics,
+        per_class={split: counts.per_class() for split, (_, counts) in evaluations.items()},
+        samples={split: int(counts.totals.sum()) for split, (_, counts) in evaluations.items()},
         epoch_seconds=statistics.median(seconds) if seconds else None,
-        history=history,
+        history=state.history,
     )

@@ -1,4 +1,4 @@
-"""The run record (DESIGN §3): ``results.json``, ``history.csv`` and TensorBoard scalars.
+"""The run record (docs/design.md §4): ``results.json``, ``history.csv`` and TensorBoard scalars.
 
 Every run, finished or not, leaves a ``results.json`` whose ``status`` is ``completed``,
 ``failed`` or ``interrupted``; the table and figure scripts read only these files.
@@ -10,8 +10,6 @@ import json
 import math
 import os
 import platform
-import socket
-import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -124,66 +122,44 @@ def find_results(root: Path) -> list[dict]:
 
 
 class TensorBoardScalars:
-    """TensorBoard event file with one event per epoch holding all of that epoch's scalars.
+    """The history's numbers as TensorBoard scalars in ``log_dir``, through torch's
+    ``SummaryWriter``: one event per epoch holding all of that epoch's numbers, handed to the
+    writer in a bunch at every :meth:`flush` (the engine calls it with each checkpoint, so that the
+    events on disk follow ``last.pt``) and at :meth:`close`.
 
-    One event with many values is what ``SummaryWriter.add_scalar`` would write as many events;
-    grouping them keeps a 1,000-epoch run's logging cost small. :meth:`write` only keeps the
-    epoch's numbers; the events are built (TensorBoard's own protocol buffers and
-    ``RecordWriter``) and written to disk together at most every ``flush_seconds``, and by
-    :meth:`flush` (the engine calls it at every checkpoint) and :meth:`close`. Measured inside
-    S20's 5 ms circles epochs: building and writing each event as it came cost 79 µs per epoch
-    (TensorBoard computes the records' CRC-32C in Python), 1.6% of the epoch; torch's
-    ``SummaryWriter``, which hands each event to a background thread, about 0.35 ms. A process
-    killed outright loses the same last seconds either way (the file is flushed on that clock).
-    ``purge_step`` (on resume) tells TensorBoard to drop the events a previous session wrote from
-    that step on.
+    Hand-written (``add_scalar`` at every epoch would do) because it pays on the S20 sweeps
+    (``make bench``): their runs are 1,000 epochs of about half a millisecond of training, and
+    ``SummaryWriter``'s writing thread, woken at every epoch, cost 0.12 s of CPU per run here
+    (+20%) with one event per epoch, more with ``add_scalar``'s one event per number; handing the
+    events over at the checkpoints costs what the earlier hand-made event file did (within the
+    noise of a shared machine). ``purge_step`` (on resume) tells TensorBoard to drop the events a
+    previous session wrote from that step on.
     """
 
-    def __init__(self, log_dir: Path, purge_step: int | None = None, flush_seconds: float = 10.0):
-        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-        from tensorboard.compat.proto.summary_pb2 import Summary
-        from tensorboard.summary.writer.record_writer import RecordWriter
+    def __init__(self, log_dir: Path, purge_step: int | None = None):
+        from torch.utils.tensorboard import SummaryWriter  # imports TensorBoard: only when used
 
-        self._event, self._summary, self._clock = Event, Summary, time.time
-        log_dir = Path(log_dir)
-        log_dir.mkdir(parents=True, exist_ok=True)
-        # the file name TensorBoard looks for: events.out.tfevents.<time>.<host>.<pid>.<n>
-        name = f"events.out.tfevents.{int(self._clock()):010d}.{socket.gethostname()}.{os.getpid()}.0"
-        self._file = open(log_dir / name, "wb")  # noqa: SIM115 (closed in close())
-        self._records = RecordWriter(self._file)
-        self._pending: list[tuple[float, int, dict]] = []  # (wall time, step, scalars)
-        self._add(Event(wall_time=self._clock(), file_version="brain.Event:2"))
-        if purge_step is not None:
-            self._add(Event(wall_time=self._clock(), step=purge_step, session_log=SessionLog(status=SessionLog.START)))
-        self.flush_seconds = flush_seconds
-        self.flush()
+        # a queue as long as a bunch of rows, so that flush() never waits for the writing thread
+        self.writer = SummaryWriter(str(log_dir), purge_step=purge_step, max_queue=1000)
+        self.rows: list[dict] = []
 
-    def _add(self, event) -> None:
-        self._records.write(event.SerializeToString())
-
-    def write(self, step: int, scalars: Mapping[str, float]) -> None:
-        """Record ``scalars`` (the numbers among them) at ``step``, with the current wall time."""
-        now = self._clock()
-        self._pending.append((now, step, dict(scalars)))
-        if now - self._flushed >= self.flush_seconds:
-            self.flush()
+    def write(self, row: Mapping[str, float]) -> None:
+        """Keep the numbers of a history ``row`` (one epoch's, ``row["epoch"]`` the step)."""
+        self.rows.append(dict(row))
 
     def flush(self) -> None:
-        for wall_time, step, scalars in self._pending:
-            values = [
-                self._summary.Value(tag=name, simple_value=float(value))
-                for name, value in scalars.items()
-                if isinstance(value, (int, float))
-            ]
-            self._add(self._event(wall_time=wall_time, step=step, summary=self._summary(value=values)))
-        self._pending.clear()
-        self._records.flush()
-        self._flushed = self._clock()
+        from tensorboard.compat.proto.summary_pb2 import Summary  # imported by SummaryWriter
+
+        for row in self.rows:
+            values = [Summary.Value(tag=name, simple_value=float(value))
+                      for name, value in row.items() if isinstance(value, (int, float))]
+            self.writer.file_writer.add_summary(Summary(value=values), row["epoch"])
+        self.rows.clear()
+        self.writer.flush()
 
     def close(self) -> None:
-        if not self._file.closed:
-            self.flush()
-            self._records.close()
+        self.flush()
+        self.writer.close()
 
 
 def latest_sweep_dir(outputs: Path, experiment: str) -> Path:

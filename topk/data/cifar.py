@@ -271,6 +271,23 @@ def _check_coarse_consistent(fine: torch.Tensor, coarse: torch.Tensor, path: Pat
         )
 
 
+def read_cifar100_release(folder: Path):
+    """The ``train`` and ``test`` parts of the release in ``folder`` and its class count, each
+    file checked (labels in range, coarse labels consistent, a non-empty training part)."""
+    train_part = read_cifar100_part(folder / "train")
+    test_part = read_cifar100_part(folder / "test")
+    fine_names, coarse_names = read_cifar100_meta(folder / "meta")
+    num_classes = len(fine_names) or NUM_CLASSES
+    num_coarse = len(coarse_names) or NUM_SUPERCLASSES
+    for part, name in ((train_part, "train"), (test_part, "test")):
+        _check_label_range(part.fine, num_classes, "fine", folder / name)
+        _check_label_range(part.coarse, num_coarse, "coarse", folder / name)
+    if len(train_part.fine) == 0:
+        raise DataError(f"{folder / 'train'} holds no image; {_redownload(folder / 'train')}.")
+    _check_coarse_consistent(train_part.fine, train_part.coarse, folder / "train")
+    return train_part, test_part, num_classes
+
+
 def cifar100(
     seed: int,
     root: str | Path,
@@ -316,19 +333,8 @@ def cifar100(
         raise ConfigError(
             f"dataset.noise_groups must be one of {', '.join(NOISE_GROUPS)}, got {noise_groups!r}."
         )
-    folder = _locate(root, download)
-    train_part = read_cifar100_part(folder / "train")
-    test_part = read_cifar100_part(folder / "test")
-    fine_names, coarse_names = read_cifar100_meta(folder / "meta")
-    num_classes = len(fine_names) or NUM_CLASSES
-    num_coarse = len(coarse_names) or NUM_SUPERCLASSES
-    for part, name in ((train_part, "train"), (test_part, "test")):
-        _check_label_range(part.fine, num_classes, "fine", folder / name)
-        _check_label_range(part.coarse, num_coarse, "coarse", folder / name)
+    train_part, test_part, num_classes = read_cifar100_release(_locate(root, download))
     n_full = len(train_part.fine)
-    if n_full == 0:
-        raise DataError(f"{folder / 'train'} holds no image; {_redownload(folder / 'train')}.")
-    _check_coarse_consistent(train_part.fine, train_part.coarse, folder / "train")
     if (
         isinstance(val_size, bool)
         or not isinstance(val_size, numbers.Integral)
