@@ -15,7 +15,6 @@ from omegaconf import open_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
-SHARED = ROOT.parent / "shared"  # the team's reference files: absent beside a user's clone
 
 sys.path.insert(0, str(ROOT))  # train.py lives at the top level, beside conf/
 

@@ -271,6 +271,19 @@ def _check_coarse_consistent(fine: torch.Tensor, coarse: torch.Tensor, path: Pat
         )
 
 
+def check_noise_settings(noise, noise_groups: str) -> None:
+    """One sentence for a label-noise rate outside [0, 1] or an unknown noise grouping."""
+    if not (isinstance(noise, numbers.Real) and 0.0 <= float(noise) <= 1.0):
+        raise ConfigError(
+            f"dataset.noise is a probability and must lie in [0, 1], got {noise}; "
+            "set it to e.g. 0.2."
+        )
+    if noise_groups not in NOISE_GROUPS:
+        raise ConfigError(
+            f"dataset.noise_groups must be one of {', '.join(NOISE_GROUPS)}, got {noise_groups!r}."
+        )
+
+
 def read_cifar100_release(folder: Path):
     """The ``train`` and ``test`` parts of the release in ``folder`` and its class count, each
     file checked (labels in range, coarse labels consistent, a non-empty training part)."""
@@ -324,15 +337,7 @@ def cifar100(
         A file of the release is broken (not a pickle, cut short) or holds something else than
         the release's entries; the message names the file and says to fetch the release again.
     """
-    if not (isinstance(noise, numbers.Real) and 0.0 <= float(noise) <= 1.0):
-        raise ConfigError(
-            f"dataset.noise is a probability and must lie in [0, 1], got {noise}; "
-            "set it to e.g. 0.2."
-        )
-    if noise_groups not in NOISE_GROUPS:
-        raise ConfigError(
-            f"dataset.noise_groups must be one of {', '.join(NOISE_GROUPS)}, got {noise_groups!r}."
-        )
+    check_noise_settings(noise, noise_groups)
     train_part, test_part, num_classes = read_cifar100_release(_locate(root, download))
     n_full = len(train_part.fine)
     if (
