@@ -15,6 +15,7 @@ import inspect
 import logging
 import random
 import sys
+from functools import partial
 from pathlib import Path
 
 import hydra
@@ -29,10 +30,19 @@ from torch.nn.parallel import DistributedDataParallel
 
 from topk import distributed as dist_setup
 from topk.data import TensorBatches
+from topk.data.augment import ImageAugmentation
 from topk.data.batches import LimitedBatches
-from topk.data.images import ImageBatches, ImageFileSplit
+from topk.data.images import ImageBatches, ImageFileSplit, ImageFileSplits
 from topk.data.transforms import Compose, Normalize
-from topk.engine import FitSettings, RunInterrupted, fit, resolve_device, stop_requests
+from topk.engine import (
+    FitSettings,
+    RunInterrupted,
+    fit,
+    model_scores,
+    multi_crop_scores,
+    resolve_device,
+    stop_requests,
+)
 from topk.errors import ConfigError, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep
 from topk.losses.targets import check_num_classes_for_k
@@ -136,7 +146,7 @@ def check_trainer(cfg: DictConfig) -> None:
 
 
 def data_arguments(node: DictConfig, splits) -> dict:
-    """What a loss or augmentation asks for by name in its constructor, from the data:
+    """What a loss or ``augment.mix`` asks for by name in its constructor, from the data:
     ``class_counts`` of the training split (LDAM and noised imbalanced margins) and
     ``num_classes`` (Mixup's one-hot targets). Losses know nothing of data sets (docs/design.md §2)."""
     parameters = inspect.signature(get_class(node._target_)).parameters
@@ -145,6 +155,16 @@ def data_arguments(node: DictConfig, splits) -> dict:
         name: value for name, value in available.items()
         if name in parameters and node.get(name) is None
     }
+
+
+def build_augment(node: DictConfig, splits):
+    """The two parts of ``augment``: the per-image transforms of image data (``augment.images``,
+    for the training batches; null: none) and the batch -> target step (``augment.mix``, for
+    :func:`topk.engine.fit`; ``None`` when null, i.e. no mixing)."""
+    images, mix = node.get("images"), node.get("mix")
+    images = ImageAugmentation() if images is None else build(images, "augment.images")
+    mix = None if mix is None else build(mix, "augment.mix", **data_arguments(mix, splits))
+    return images, mix
 
 
 def check_output_dir(run_dir: Path) -> None:
@@ -156,7 +176,7 @@ def check_output_dir(run_dir: Path) -> None:
         )
 
 
-def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augment, normalize,
+def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, image_augment, normalize,
                  distributed=dist_setup.SINGLE_PROCESS):
     """The batches of split ``name``: in-memory tensors, or image files decoded by workers,
     cut to ``trainer.limit_batches`` per pass when that is set.
@@ -165,27 +185,26 @@ def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, augm
     normalised (and, for image files, resized and centre- or ten-cropped). With several
     processes, each iterates over its share (``trainer.batch_size`` is the global batch).
     """
-    batches = _split_batches(splits, name, trainer, seed, device, augment, normalize, distributed)
+    batches = _split_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
     limit = trainer.get("limit_batches")
     return LimitedBatches(batches, int(limit)) if limit else batches
 
 
-def _split_batches(splits, name, trainer, seed, device, augment, normalize, distributed):
+def _split_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed):
     split = getattr(splits, name)
     training = name == "train"
     batch_size = trainer.batch_size if training else trainer.eval_batch_size
     layout = channels_last if trainer.channels_last else None
     shares = {"distributed": distributed, "pad": training}
     if isinstance(split, ImageFileSplit):
-        on_device = augment.device_transform(normalize) if training else normalize
+        on_device = image_augment.device_transform(normalize) if training else normalize
         return ImageBatches(
             split, batch_size, shuffle=training, seed=seed, device=device,
-            image_transform=splits.image_transform(training, augment.random_crop, augment.flip),
+            image_transform=splits.image_transform(training, image_augment.random_crop, image_augment.flip),
             device_transform=Compose(on_device, layout) if layout else on_device,
-            num_workers=int(trainer.num_workers),
-            marginal_k=splits.marginal_k if splits.ten_crop and not training else None, **shares,
+            num_workers=int(trainer.num_workers), **shares,
         )
-    transform = augment.train_transform(splits.input_shape, normalize) if training else normalize
+    transform = image_augment.train_transform(splits.input_shape, normalize) if training else normalize
     return TensorBatches(
         split, batch_size, shuffle=training and batch_size is not None, seed=seed, device=device,
         transform=Compose(transform, layout) if layout else transform, **shares,
@@ -207,7 +226,16 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
         class_groups=splits.class_groups,
         amp=str(trainer.amp),
         config=record["params"],
+        eval_scores=eval_scores(splits),
     )
+
+
+def eval_scores(splits):
+    """How evaluation scores a batch: ten crops per test image combined through B18's top-k
+    marginals (``dataset.ten_crop``), or the model's output."""
+    if isinstance(splits, ImageFileSplits) and splits.ten_crop:
+        return partial(multi_crop_scores, marginal_k=splits.marginal_k)
+    return model_scores
 
 
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
@@ -226,11 +254,8 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     seed_everything(seed)
 
     splits = build(cfg.dataset, "dataset", seed=seed)
-    train_labels = getattr(splits, "train_labels_full", None)
-    if train_labels is not None and distributed.is_main:  # the labels trained on (noisy), -1 where held out
-        np.save(run_dir / "train_labels.npy", np.asarray(train_labels, dtype=np.int64))
-    if getattr(splits, "noise_rate", None) is not None:
-        record["noise_rate"] = float(splits.noise_rate)
+    if distributed.is_main:
+        splits.record_run_facts(run_dir, record)
     loss_fn = build(cfg.loss, "loss", **data_arguments(cfg.loss, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
@@ -254,19 +279,19 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     loss_fn.to(device)
     optimizer = build(cfg.optim, "optim", model.parameters())
     scheduler = build(cfg.schedule, "schedule", optimizer)
-    augment = build(cfg.augment, "augment", **data_arguments(cfg.augment, splits))
+    image_augment, mix = build_augment(cfg.augment, splits)  # per-image transforms; batch -> target step
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
-    train_batches = make_batches(splits, "train", trainer, seed, device, augment, normalize, distributed)
+    train_batches = make_batches(splits, "train", trainer, seed, device, image_augment, normalize, distributed)
     eval_batches = {
-        name: make_batches(splits, name, trainer, seed, device, augment, normalize, distributed)
+        name: make_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
         for name in ("val", "test")
         if getattr(splits, name) is not None
     }
 
     result = fit(
         model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
-        splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), augment=augment,
+        splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), mix=mix,
         on_epoch_end=on_epoch_end, distributed=distributed,
     )
     record.update(

@@ -146,7 +146,7 @@ def describe_run(experiment: str, choices: dict, count: int) -> dict:
     if "pretrained" in model:
         model["pretrained"] = False  # no download here; the cost of a step is the same
     batch = resolved["trainer"]["batch_size"]
-    soft = resolved["augment"].get("alpha") is not None  # Mixup hands the loss soft targets
+    soft = resolved["augment"].get("mix") is not None  # Mixup hands the loss soft targets
     network = {k: v for k, v in model.items() if k not in ("head", "pretrained")}
     return {
         "choices": choices, "count": count, "dataset": dataset, "classes": classes,

@@ -9,6 +9,7 @@ from hydra.utils import instantiate
 
 import train
 from conftest import CONF, compose_config, run_cli
+from topk.data.augment import NoMix
 from topk.data.transforms import Normalize
 
 GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
@@ -47,12 +48,12 @@ def test_every_option_composes_and_instantiates(group, option, data_roots):
     loss = instantiate(cfg.loss, **train.data_arguments(cfg.loss, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
     scheduler = instantiate(cfg.schedule)(optimizer)
-    augment = instantiate(cfg.augment, **train.data_arguments(cfg.augment, splits))
+    images, mix = train.build_augment(cfg.augment, splits)
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
-    batches = train.make_batches(splits, "train", cfg.trainer, 0, "cpu", augment, normalize)
+    batches = train.make_batches(splits, "train", cfg.trainer, 0, "cpu", images, normalize)
     batches.set_epoch(1)
     inputs, labels = next(iter(batches))
-    inputs, target = augment(inputs[:8], labels[:8])
+    inputs, target = (mix or NoMix())(inputs[:8], labels[:8])
     value = loss(model(inputs), target)
     assert torch.isfinite(value)
     assert scheduler.optimizer is optimizer

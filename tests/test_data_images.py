@@ -117,7 +117,7 @@ def test_multi_crop_scores_average_marginals_over_crops():
 def test_imagenet_ten_crop_batches_have_ten_crops(tiny_imagenet):
     splits = imagenet(seed=0, root=tiny_imagenet[0], val_per_class=2, image_size=8,
                       resize_size=10, ten_crop=True)
-    batches = ImageBatches(splits.test, 4, image_transform=splits.image_transform(False), marginal_k=5)
+    batches = ImageBatches(splits.test, 4, image_transform=splits.image_transform(False))
     images, labels = next(iter(batches))
     assert images.shape == (4, 10, 3, 8, 8) and images.dtype == torch.uint8
 

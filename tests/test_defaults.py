@@ -37,8 +37,8 @@ def top_level():
 
 
 def option_node(group, option):
-    """The node of conf/<group>/<option>.yaml that holds ``_target_``, its interpolations resolved
-    against train.yaml's top-level values (``${k}`` is 5)."""
+    """The node of conf/<group>/<option>.yaml, its interpolations resolved against train.yaml's
+    top-level values (``${k}`` is 5)."""
     raw = OmegaConf.load(CONF / group / f"{option}.yaml")
     node = raw[group] if group in raw else raw  # file-based data sets are in the global package
     node = OmegaConf.masked_copy(node, [key for key in node if key != "defaults"])
@@ -46,15 +46,24 @@ def option_node(group, option):
     return OmegaConf.to_container(merged._option, resolve=True)
 
 
+def target_nodes(node):
+    """The nodes of an option that hold ``_target_``: the option itself, or its parts (augment's
+    ``images`` and ``mix``)."""
+    if "_target_" in node:
+        return [node]
+    return [value for value in node.values() if isinstance(value, dict) and "_target_" in value]
+
+
 def topk_targets():
-    """``{_target_: {option file: its values}}`` for every option built by a topk constructor."""
+    """``{_target_: {option file: its values}}`` for every option (or part of one) built by a topk
+    constructor."""
     targets = defaultdict(dict)
     for group in GROUPS:
         for option in options(group):
-            node = option_node(group, option)
-            if node.get("_target_", "").startswith("topk."):
-                values = {key: value for key, value in node.items() if not key.startswith("_")}
-                targets[node["_target_"]][f"{group}/{option}.yaml"] = values
+            for node in target_nodes(option_node(group, option)):
+                if node["_target_"].startswith("topk."):
+                    values = {key: value for key, value in node.items() if not key.startswith("_")}
+                    targets[node["_target_"]][f"{group}/{option}.yaml"] = values
     return dict(targets)
 
 
@@ -72,8 +81,8 @@ def test_every_topk_group_option_is_compared():
 @pytest.mark.parametrize("target", sorted(TARGETS))
 def test_python_defaults_equal_yaml_defaults(target):
     """Every key a YAML file sets is a parameter of its target. Where the options that share a
-    target (augment/none, standard, cutout, mixup) agree on a key, the constructor's default is
-    that value; where they differ (the key is what makes each option), it is one of them."""
+    target (the ``images`` part of augment/none, standard, cutout, mixup) agree on a key, the
+    constructor's default is that value; where they differ (the key is what makes each option), it is one of them."""
     parameters = inspect.signature(get_object(target)).parameters
     files = TARGETS[target]
     for name, values in files.items():
@@ -121,24 +130,30 @@ def takes_k(loss):
 
 @pytest.mark.parametrize("dataset", options("dataset"))
 def test_top_level_k_reaches_every_loss_and_the_selection_metric(dataset):
+    """k=3 (not the default 5) on every data set and loss: one composition each."""
     for loss in options("loss"):
-        for k in (3, 5):
-            cfg = compose_config([f"dataset={dataset}", f"loss={loss}", f"k={k}"])
-            assert ("k" in cfg.loss) == takes_k(loss), f"{loss}: loss.k present iff its class takes k"
-            if takes_k(loss):
-                assert cfg.loss.k == k, f"dataset={dataset} loss={loss} k={k} gives loss.k={cfg.loss.k}"
-            assert cfg.trainer.selection_metric == SELECTION[dataset].format(k=k)
-            if dataset == "imagenet":  # ten-crop testing ranks by top-K marginals (B18 Appendix C)
-                assert cfg.dataset.marginal_k == k
-        if takes_k(loss):  # loss.k, when given, wins for the loss only
-            cfg = compose_config([f"dataset={dataset}", f"loss={loss}", "k=3", "loss.k=2"])
-            assert cfg.loss.k == 2 and cfg.trainer.selection_metric == SELECTION[dataset].format(k=3)
-
-
-def test_default_k_is_five_for_every_top_k_loss():
-    for loss in options("loss"):
+        cfg = compose_config([f"dataset={dataset}", f"loss={loss}", "k=3"])
+        assert ("k" in cfg.loss) == takes_k(loss), f"{loss}: loss.k present iff its class takes k"
         if takes_k(loss):
-            assert compose_config([f"loss={loss}"]).loss.k == 5
+            assert cfg.loss.k == 3, f"dataset={dataset} loss={loss} k=3 gives loss.k={cfg.loss.k}"
+        assert cfg.trainer.selection_metric == SELECTION[dataset].format(k=3)
+        if dataset == "imagenet":  # ten-crop testing ranks by top-K marginals (B18 Appendix C)
+            assert cfg.dataset.marginal_k == 3
+
+
+@pytest.mark.parametrize("dataset", ["cifar100", "plantnet"])
+def test_loss_k_wins_for_the_loss_only(dataset):
+    for loss in filter(takes_k, options("loss")):
+        cfg = compose_config([f"dataset={dataset}", f"loss={loss}", "k=3", "loss.k=2"])
+        assert cfg.loss.k == 2 and cfg.trainer.selection_metric == SELECTION[dataset].format(k=3)
+
+
+def test_default_k_is_five_for_every_top_k_loss_and_metric():
+    for loss in options("loss"):
+        cfg = compose_config(["dataset=imagenet", f"loss={loss}"])
+        assert cfg.trainer.selection_metric == "val/top5" and cfg.dataset.marginal_k == 5
+        if takes_k(loss):
+            assert cfg.loss.k == 5
 
 
 # --- the specialised files set only what differs ---------------------------------------------------

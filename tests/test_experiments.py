@@ -58,7 +58,7 @@ def test_brief_command_runs_g22_plantnet_protocol_for_noised_imbal():
     assert (loss.scale, loss.max_margin) == (60.0, 0.2)
     assert_sgd(cfg, lr=2e-3, weight_decay=1e-4, milestones=[20, 25], gamma=0.1, epochs=30, batch_size=32)
     assert cfg.trainer.selection_metric == "val/macro_top5"
-    assert cfg.augment.crop_padding and cfg.augment.flip  # random-resized crop + flip
+    assert cfg.augment.images.crop_padding and cfg.augment.images.flip  # random-resized crop + flip
 
 
 def test_overrides_still_win_over_the_protocol():
@@ -80,13 +80,13 @@ def test_cifar100_brings_b18_and_g22_protocol():
     cfg = compose_config(["dataset=cifar100"])
     assert cfg.model._target_.endswith("CifarDenseNet") and (cfg.model.depth, cfg.model.growth_rate) == (40, 40)
     assert_sgd(cfg, lr=0.1, weight_decay=1e-4, milestones=[150, 225], gamma=0.1, epochs=300, batch_size=64)
-    assert cfg.trainer.selection_metric == "val/top5" and cfg.augment.crop_padding == 4
+    assert cfg.trainer.selection_metric == "val/top5" and cfg.augment.images.crop_padding == 4
     svm = compose_config(["dataset=cifar100", "loss=smooth_svm"]).loss
     assert (svm.k, svm.tau, svm.alpha) == (5, 1.0, 1.0)
     noised = compose_config(["dataset=cifar100", "loss=noised_bal"]).loss
     assert (noised.k, noised.epsilon, noised.n_samples) == (5, 0.2, 10)
     mixup = compose_config(["dataset=cifar100", "augment=mixup"]).augment
-    assert (mixup.alpha, mixup.crop_padding, mixup.flip) == (1.0, 4, True)
+    assert (mixup.mix.alpha, mixup.images.crop_padding, mixup.images.flip) == (1.0, 4, True)
 
 
 def test_imagenet_smooth_svm_has_its_own_learning_rate():
@@ -107,11 +107,11 @@ def test_s20_cifar():
     assert params["trainer.selection_metric"] == ["val/top1", "val/top5"] and len(params["seed"]) == 10
     for loss in ("smooth_svm", "topk_group", "topk_transition"):
         cfg = compose_job("s20_cifar", loss=loss, augment="mixup", model="densenet121")
-        assert cfg.loss.k == 5 and cfg.augment.crop_padding == 4 and cfg.augment.alpha == 1.0
+        assert cfg.loss.k == 5 and cfg.augment.images.crop_padding == 4 and cfg.augment.mix.alpha == 1.0
         assert_sgd(cfg, lr=0.1, weight_decay=5e-4, milestones=[60, 120, 160], gamma=0.2, epochs=200,
                    batch_size=128)
     cutout = compose_job("s20_cifar", augment="cutout").augment
-    assert cutout.cutout_size == 8 and cutout.crop_padding == 4
+    assert cutout.images.cutout_size == 8 and cutout.images.crop_padding == 4 and cutout.mix is None
     assert list(compose_job("s20_cifar").trainer.ks) == list(range(1, 31))
 
 

@@ -52,4 +52,5 @@ def test_train_passes_data_arguments_only_to_constructors_that_ask():
         arguments = train.data_arguments(compose_config([f"loss={loss}"]).loss, splits)
         assert arguments == {"class_counts": [7] * 6}
     mixup = compose_config(["augment=mixup"]).augment
-    assert train.data_arguments(mixup, splits) == {"num_classes": 6}
+    assert train.data_arguments(mixup.mix, splits) == {"num_classes": 6}
+    assert train.data_arguments(mixup.images, splits) == {}

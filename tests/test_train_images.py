@@ -41,7 +41,7 @@ def test_missing_cifar_root_is_one_sentence(tmp_path):
 def test_mixup_with_crop_on_images(tmp_path, tiny_cifar100):
     record, _ = run_in_process(tmp_path / "run", [
         *CIFAR, f"dataset.root={tiny_cifar100}", "model=densenet40_12", "model.depth=7",
-        "augment=mixup", "augment.crop_padding=4", "augment.flip=true", "loss=topk_transition",
+        "augment=mixup", "augment.images.crop_padding=4", "augment.images.flip=true", "loss=topk_transition",
         "loss.k=5", "trainer.epochs=1",
     ])
     assert record["status"] == "completed"

@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from topk.data.augment import NoAugment
+from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.functional import topk_marginals
@@ -50,6 +50,13 @@ from topk.records import TensorBoardScalars, write_history
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FORMAT = 1
+
+
+def model_scores(model, inputs: torch.Tensor):
+    """A batch's ranking scores and the logits its evaluation loss is computed on: both are the
+    model's output (one image per sample)."""
+    logits = model(inputs)
+    return logits, logits
 
 
 @dataclass
@@ -68,6 +75,7 @@ class FitSettings:
     class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
     amp: str = "off"  # off | bf16 | fp16: autocast of the forward pass (losses stay float32)
     config: dict | None = None  # the flat resolved run config, remembered by checkpoints/last.pt
+    eval_scores: Callable = model_scores  # how evaluation scores a batch (see evaluate)
 
 
 @dataclass
@@ -207,11 +215,13 @@ def _global_step_loss(loss: torch.Tensor, count: int, stop, distributed: Distrib
 
 
 def train_one_epoch(
-    model, loss_fn, optimizer, batches, augment, accumulator, epoch: int, stop=None,
+    model, loss_fn, optimizer, batches, mix, accumulator, epoch: int, stop=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
+    ``mix`` turns each batch's ``(inputs, labels)`` into the ``(inputs, target)`` the model and the
+    loss see (:class:`topk.data.augment.Mixup`, or :class:`~topk.data.augment.NoMix`).
     ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
     when each batch was seen, before the update (this process's share; the caller sums them).
     ``stop`` (a :class:`StopRequests`) is asked at every batch whether a signal asked the run to
@@ -225,7 +235,7 @@ def train_one_epoch(
     model.train()
     loss_sum, sample_count = 0.0, 0
     for batch_index, (inputs, labels) in enumerate(batches):
-        inputs, target = augment(inputs, labels)
+        inputs, target = mix(inputs, labels)
         scores = forward(inputs)
         loss = loss_fn(scores, target)
         # One scalar read per step (as torchvision's reference loop logs it), checked before the
@@ -258,7 +268,8 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
 
     Returns the ranking scores, the log of each label's top-``marginal_k`` marginal probability
     averaged over the crops (:func:`topk.functional.topk_marginals`), and the crops' mean logits,
-    on which the evaluation loss is computed.
+    on which the evaluation loss is computed. ``train.py`` passes it (with ``marginal_k`` bound)
+    as ``FitSettings.eval_scores`` when a data set is tested on ten crops.
     """
     batch, crops = inputs.shape[:2]
     logits = model(inputs.flatten(0, 1)).float()
@@ -271,26 +282,24 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
 def evaluate(
     model, loss_fn, batches, ks, num_classes, class_groups=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
+    scores_of: Callable = model_scores,
 ) -> tuple[dict[str, float], TopKAccumulator]:
     """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard).
 
-    Batches of multi-crop images (``batches.marginal_k`` set) are scored by
-    :func:`multi_crop_scores`; ``class_groups`` adds ``{group}_top{k}`` accuracies; scores are
-    autocast as in training and taken in float32. With several processes each evaluates its
-    share of the split and the counts and loss sums are added up over processes (exact).
+    ``scores_of(model, inputs)`` gives each batch's ranking scores and the logits of its loss
+    (:func:`model_scores`, or :func:`multi_crop_scores` for ten-crop test images);
+    ``class_groups`` adds ``{group}_top{k}`` accuracies; scores are autocast as in training and
+    taken in float32. With several processes each evaluates its share of the split and the counts
+    and loss sums are added up over processes (exact).
     """
     precision = precision or MixedPrecision()
     model.eval()
-    marginal_k = getattr(batches, "marginal_k", None)
     device = next(model.parameters()).device
     accumulator = TopKAccumulator(ks, num_classes, device)
     total_loss, total_count = 0.0, 0
     for inputs, labels in batches:
         with precision.autocast():
-            if marginal_k is not None and inputs.dim() == 5:
-                scores, logits = multi_crop_scores(model, inputs, marginal_k)
-            else:
-                scores = logits = model(inputs)
+            scores, logits = scores_of(model, inputs)
         scores, logits = scores.float(), logits.float()
         accumulator.update(scores, labels)
         total_loss += float(loss_fn(logits, labels)) * len(labels)
@@ -307,10 +316,11 @@ def evaluate(
 def evaluate_splits(
     model, loss_fn, eval_batches: Mapping[str, object], ks, num_classes, class_groups=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
+    scores_of: Callable = model_scores,
 ) -> dict[str, tuple[dict[str, float], TopKAccumulator]]:
     """:func:`evaluate` on every split: ``{split: (metrics, accumulator)}``."""
     return {
-        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed)
+        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed, scores_of)
         for split, batches in eval_batches.items()
     }
 
@@ -529,17 +539,20 @@ def open_tensorboard(run_dir: Path, settings: FitSettings, distributed: Distribu
 def fit(
     model: torch.nn.Module, loss_fn: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
     train_batches, eval_batches: Mapping[str, object], num_classes: int, run_dir: Path,
-    settings: FitSettings, augment: Callable = NoAugment(),
+    settings: FitSettings, mix: Callable | None = None,
     on_epoch_end: Callable[[int, dict], None] | None = None, distributed: Distributed = SINGLE_PROCESS,
 ) -> FitResult:
     """Train ``model`` and return the selected epoch's metrics on every evaluated split.
 
-    ``eval_batches`` maps a split name (``val``, ``test``) to its batches. ``on_epoch_end`` is
-    called with ``(epoch, history_row)`` after each epoch's record is written. With several
-    processes (``distributed``), ``model`` is the DistributedDataParallel wrapper and the batches
-    are this process's shares; ``run_dir`` is the same directory in every process.
+    ``eval_batches`` maps a split name (``val``, ``test``) to its batches; ``train_batches`` come
+    with their per-image transforms applied, and ``mix`` (``augment.mix``: Mixup, or ``None`` for
+    none) is the batch -> target step of each training batch. ``on_epoch_end`` is called with
+    ``(epoch, history_row)`` after each epoch's record is written. With several processes
+    (``distributed``), ``model`` is the DistributedDataParallel wrapper and the batches are this
+    process's shares; ``run_dir`` is the same directory in every process.
     """
     ks, groups = clip_ks(settings.ks, num_classes), settings.class_groups or {}
+    mix = NoMix() if mix is None else mix
     check_fit_settings(settings, list(eval_batches), ks, list(groups))
     device = next(unwrap(model).parameters()).device
     precision = MixedPrecision(settings.amp, device)
@@ -547,7 +560,7 @@ def fit(
     # synchronise buffers across processes that evaluate different numbers of batches).
     eval_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     evaluate_all = partial(evaluate_splits, eval_model, loss_fn, eval_batches, ks, num_classes, groups,
-                           precision, distributed)
+                           precision, distributed, settings.eval_scores)
     checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config)
     state = TrainingState(BestModel(settings.selection_metric))
     state = checkpoints.restore(state) if settings.resume else state
@@ -560,7 +573,7 @@ def fit(
                 evaluate_now = epoch % max(1, settings.eval_every) == 0 or epoch == settings.epochs
                 train_batches.set_epoch(epoch)
                 train_counts = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
-                train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, augment, train_counts,
+                train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, mix, train_counts,
                                              epoch, stop, precision, distributed)
                 scheduler.step()
                 check_finite_weights(model, epoch)

@@ -1,9 +1,12 @@
-"""Batch-level augmentations: the seam between data and loss.
+"""Training augmentations, in two separate parts (``conf/augment/*.yaml``, nodes ``images`` and ``mix``).
 
-An augmentation is a callable ``(inputs, labels) -> (inputs, target)`` applied to each training
-batch; ``target`` is what the loss receives (int64 labels, or a probability matrix for Mixup, as in
-the loss contract of docs/design.md §5). :class:`Augmentation` also carries the per-image transforms of
-image data (crop, flip, Cutout; :mod:`topk.data.transforms`), applied to training batches.
+* :class:`ImageAugmentation` (``augment.images``): the per-image transforms of image data (random
+  crop, flip, Cutout; :mod:`topk.data.transforms`), which ``train.py`` puts into the training data
+  pipeline.
+* the batch → target step (``augment.mix``): a callable ``(inputs, labels) -> (inputs, target)``
+  applied to each training batch by :func:`topk.engine.train_one_epoch`; ``target`` is what the loss
+  receives (int64 labels, or a probability matrix for :class:`Mixup`, as in the loss contract of
+  docs/design.md §5). ``mix: null`` is :class:`NoMix`.
 """
 
 from __future__ import annotations
@@ -14,14 +17,14 @@ from topk.data.transforms import Compose, Cutout, RandomCropFlip
 from topk.errors import ConfigError
 
 
-class NoAugment:
-    """Hand the batch to the loss unchanged (``augment=none``)."""
+class NoMix:
+    """Hand the batch to the loss unchanged (``augment.mix: null``)."""
 
     def __call__(self, inputs: torch.Tensor, labels: torch.Tensor):
         return inputs, labels
 
     def __repr__(self) -> str:
-        return "NoAugment()"
+        return "NoMix()"
 
 
 class Mixup:
@@ -33,11 +36,14 @@ class Mixup:
     evaluate ``Σ_i t_i L(s, i) = λ·L(s, y) + (1-λ)·L(s, y_π)``
     (:func:`topk.losses.targets.expected_over_targets`). Random draws use torch's global
     generator, whose state the checkpoints keep, so a resumed run mixes the same pairs.
+    Our own rather than torchvision's ``transforms.v2.MixUp``, which accepts only 4-D image batches
+    (and pairs neighbours by ``roll(1)``), whereas this one mixes inputs of any shape, such as the
+    ``[B, d]`` vectors of the synthetic data sets.
     """
 
     def __init__(self, num_classes: int, alpha: float = 1.0):
         if alpha <= 0:
-            raise ConfigError(f"augment.alpha must be > 0, got {alpha}.")
+            raise ConfigError(f"augment.mix.alpha must be > 0, got {alpha}.")
         self.num_classes = num_classes
         self.alpha = alpha
 
@@ -53,33 +59,26 @@ class Mixup:
         return f"Mixup(alpha={self.alpha})"
 
 
-class Augmentation:
-    """The training augmentation of a run (``conf/augment/*.yaml``).
+class ImageAugmentation:
+    """The per-image transforms of a run's training images (``augment.images``).
 
-    Two parts:
-
-    * per-image transforms for image data, applied to every training batch on the device:
-      random crop with ``crop_padding`` pixels of zero padding and a horizontal ``flip``
-      (``standard``), then the data set's normalisation, then Cutout of ``cutout_size`` pixels
-      (zeroed after normalisation, i.e. set to the mean colour, as DeVries & Taylor do);
-    * the batch → target step: Mixup with ``alpha`` (λ ~ Beta(alpha, alpha); soft targets), or nothing.
-
-    ``augment=none`` is all off; image options on non-image data stop with a clear error.
+    Applied to every training batch on the device: random crop with ``crop_padding`` pixels of zero
+    padding and a horizontal ``flip`` (``standard``), then the data set's normalisation, then Cutout
+    of ``cutout_size`` pixels (zeroed after normalisation, i.e. set to the mean colour, as DeVries &
+    Taylor do). All off (the default) leaves only the normalisation; image options on non-image
+    data stop with a clear error.
     """
 
     def __init__(
         self,
-        num_classes: int,
         crop_padding: int | None = None,
         flip: bool = False,
         cutout_size: int | None = None,
-        alpha: float | None = None,
     ):
         self.crop = None
         if crop_padding is not None or flip:
             self.crop = RandomCropFlip(padding=crop_padding or 0, flip=flip)
         self.cutout = Cutout(cutout_size) if cutout_size is not None else None
-        self.mixup = Mixup(num_classes, alpha) if alpha is not None else None
 
     @property
     def needs_images(self) -> bool:
@@ -112,11 +111,6 @@ class Augmentation:
             return None
         return Compose(self.crop, normalize, self.cutout)
 
-    def __call__(self, inputs: torch.Tensor, labels: torch.Tensor):
-        if self.mixup is None:
-            return inputs, labels
-        return self.mixup(inputs, labels)
-
     def __repr__(self) -> str:
-        parts = [repr(part) for part in (self.crop, self.cutout, self.mixup) if part is not None]
-        return f"Augmentation({', '.join(parts) or 'none'})"
+        parts = [repr(part) for part in (self.crop, self.cutout) if part is not None]
+        return f"ImageAugmentation({', '.join(parts) or 'none'})"

@@ -92,7 +92,7 @@ class TensorBatches:
 
 class LimitedBatches:
     """The first ``limit`` batches of ``batches`` in every pass (``trainer.limit_batches``): quick
-    smoke runs and debugging on a data set of any size. Other attributes are ``batches``'s."""
+    smoke runs and debugging on a data set of any size."""
 
     def __init__(self, batches, limit: int):
         if limit < 1:
@@ -108,6 +108,3 @@ class LimitedBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return itertools.islice(iter(self.batches), self.limit)
-
-    def __getattr__(self, name: str):
-        return getattr(self.batches, name)

@@ -73,6 +73,11 @@ class CifarSplits(DataSplits):
     noise_rate: float = 0.0
     val_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
+    def record_run_facts(self, run_dir: Path, record: dict) -> None:
+        """``train_labels.npy`` (the labels trained on, -1 where held out) and ``noise_rate``."""
+        np.save(Path(run_dir) / "train_labels.npy", np.asarray(self.train_labels_full, dtype=np.int64))
+        record["noise_rate"] = float(self.noise_rate)
+
 
 @dataclass
 class CifarPart:

@@ -206,9 +206,9 @@ class ImageBatches:
     """Batches of decoded images on ``device``, for the engine (the ``TensorBatches`` interface).
 
     ``image_transform`` runs per image in ``num_workers`` worker processes; ``device_transform``
-    (normalisation, Cutout) runs per batch on the device. ``marginal_k`` is set for ten-crop
-    test batches ``[B, 10, C, H, W]``: the engine then ranks classes by the crops' mean top-k
-    marginal probabilities (:func:`topk.functional.topk_marginals`). Under ``distributed``
+    (normalisation, Cutout) runs per batch on the device, on each crop of ten-crop test batches
+    ``[B, 10, C, H, W]`` (which evaluation scores with :func:`topk.engine.multi_crop_scores`).
+    Under ``distributed``
     training ``batch_size`` is the global batch, of which this process loads its share.
     """
 
@@ -222,7 +222,6 @@ class ImageBatches:
         image_transform=None,
         device_transform=None,
         num_workers: int = 0,
-        marginal_k: int | None = None,
         distributed: Distributed = SINGLE_PROCESS,
         pad: bool = False,
     ):
@@ -234,7 +233,6 @@ class ImageBatches:
         self.device = torch.device(device)
         self.sampler = EpochSampler(len(split), shuffle, seed, distributed, pad)
         self.device_transform = device_transform
-        self.marginal_k = marginal_k
         self.loader = DataLoader(
             ImageFileDataset(split, image_transform or v2.PILToTensor()),
             batch_size=local_batch_size(batch_size, distributed),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -46,6 +47,10 @@ class DataSplits:
     @property
     def class_counts(self) -> list[int]:
         return torch.bincount(self.train.y, minlength=self.num_classes).tolist()
+
+    def record_run_facts(self, run_dir: Path, record: dict) -> None:
+        """Write what a run record keeps about this data beyond its config: nothing here; data sets
+        with noisy labels add the labels trained on and the realised noise rate."""
 
 
 def balanced_subset(

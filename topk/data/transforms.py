@@ -38,7 +38,7 @@ class RandomCropFlip:
 
     def __init__(self, padding: int = 4, flip: bool = True):
         if padding < 0:
-            raise ConfigError(f"augment.padding must be >= 0, got {padding}.")
+            raise ConfigError(f"augment.images.crop_padding must be >= 0, got {padding}.")
         self.padding = padding
         self.flip = flip
 
@@ -66,7 +66,7 @@ class Cutout:
 
     def __init__(self, size: int = 8):
         if size < 1:
-            raise ConfigError(f"augment.cutout_size must be a positive number of pixels, got {size}.")
+            raise ConfigError(f"augment.images.cutout_size must be a positive number of pixels, got {size}.")
         self.size = size
 
     def __repr__(self) -> str:
