@@ -11,8 +11,9 @@ state, history and best model from ``last.pt``; the batches of epoch ``e`` depen
 ``(seed, e)``, so a resumed run ends exactly where an uninterrupted one does.
 
 Ctrl-C and SIGTERM: :class:`StopRequests` is the one place where the two signals become a stop;
-``fit`` takes a stop at the next batch boundary and raises :class:`RunInterrupted` with the epoch
-a resume continues after.
+``fit`` takes a stop at the next batch boundary (with several processes, at the next of the checks
+made every ``STOP_CHECK_EVERY`` batches) and raises :class:`RunInterrupted` with the epoch a resume
+continues after.
 
 Several processes (``distributed``, see :mod:`topk.distributed`): each trains the
 DistributedDataParallel model on its share of every global batch; the loss, the stop requests and
@@ -204,14 +205,8 @@ def check_fit_settings(settings: FitSettings, splits: list[str], ks: list[int], 
 
 # --- one epoch's training, evaluation -------------------------------------------------------------
 
-def _global_step_loss(loss: torch.Tensor, count: int, stop, distributed: Distributed):
-    """The batch's mean loss over all processes, their sample count, and whether any process was
-    asked to stop, from one all-reduce of three numbers."""
-    requested = float(stop is not None and stop.requested)
-    numbers = torch.stack([loss.detach().double() * count, loss.new_tensor(count, dtype=torch.float64),
-                           loss.new_tensor(requested, dtype=torch.float64)])
-    loss_sum, total, stops = distributed.sum_(numbers).tolist()
-    return loss_sum / total, int(total), stops > 0
+# With several processes, the batches between two all-reduces of the stop flag (see stop_requested).
+STOP_CHECK_EVERY = 10
 
 
 def train_one_epoch(
@@ -224,43 +219,65 @@ def train_one_epoch(
     loss see (:class:`topk.data.augment.Mixup`, or :class:`~topk.data.augment.NoMix`).
     ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
     when each batch was seen, before the update (this process's share; the caller sums them).
-    ``stop`` (a :class:`StopRequests`) is asked at every batch whether a signal asked the run to
-    stop (in every process at once when there are several). ``precision`` autocasts the forward
-    pass (``trainer.amp``); the loss then sees float32 scores. ``make bench-train`` compares
-    this loop with a bare one on DenseNet, ``make bench`` the S20 sweeps with one.
+    ``stop`` (a :class:`StopRequests`) is asked after the batches whether a signal asked the run
+    to stop (:func:`stop_requested`). ``precision`` autocasts the forward pass (``trainer.amp``);
+    the loss then sees float32 scores. ``make bench-train`` compares this loop with a bare one on
+    DenseNet, ``make bench`` the S20 sweeps with one.
+
+    No value is read on the host per batch (a read would make the host wait for the device,
+    docs/design.md §5): the batch losses are summed on the device and read once, at the epoch
+    end, where a NaN or infinite mean stops the run (:func:`epoch_loss`). An epoch whose loss
+    diverges therefore runs to its end, updates included. (``trainer.amp=fp16``'s gradient scaler
+    reads whether the gradients overflowed at every step: that read is torch's own.)
     """
     precision = precision or MixedPrecision()
     forward = precision.forward(model)
-    several_processes = distributed.enabled
     model.train()
-    loss_sum, sample_count = 0.0, 0
+    loss_sum = torch.zeros((), dtype=torch.float64, device=next(unwrap(model).parameters()).device)
+    sample_count = 0
     for batch_index, (inputs, labels) in enumerate(batches):
         inputs, target = mix(inputs, labels)
         scores = forward(inputs)
         loss = loss_fn(scores, target)
-        # One scalar read per step (as torchvision's reference loop logs it), checked before the
-        # update; with several processes it is their global batch's loss, so that all of them
-        # stop alike (a process that raised alone would leave the others waiting).
-        if several_processes:
-            loss_value, count, stop_everywhere = _global_step_loss(loss, labels.shape[0], stop, distributed)
-        else:
-            loss_value, count, stop_everywhere = loss.item(), labels.shape[0], False
-        if not math.isfinite(loss_value):
-            raise NonFiniteLossError(
-                f"the training loss became {loss_value} at epoch {epoch}, batch {batch_index}; "
-                "lower optim.lr or check the data and the loss parameters."
-            )
-        if stop_everywhere:
-            raise KeyboardInterrupt
         optimizer.zero_grad(set_to_none=True)
         precision.backward_and_step(loss, optimizer)
-        loss_sum += loss_value * count
-        sample_count += count
+        loss_sum.add_(loss.detach(), alpha=labels.shape[0])  # in float64, on the device
+        sample_count += labels.shape[0]
         if accumulator is not None:
             accumulator.update(scores, labels)
-        if stop is not None and stop.requested and not several_processes:
+        if stop_requested(stop, batch_index, distributed, loss_sum.device):
             raise KeyboardInterrupt
-    return loss_sum / max(sample_count, 1)
+    return epoch_loss(loss_sum, sample_count, epoch, distributed)
+
+
+def stop_requested(stop, batch_index: int, distributed: Distributed, device: torch.device) -> bool:
+    """Whether a signal asked the run to stop, asked after batch ``batch_index``.
+
+    One process reads its own flag, a Python value, after every batch. Several must stop at the
+    same batch (a process that stopped alone would leave the others waiting in an all-reduce),
+    so they sum their flags, which on an accelerator makes the host wait for the device; they do
+    it every :data:`STOP_CHECK_EVERY` batches (and ``fit`` at every epoch end), not every batch.
+    """
+    if stop is None:
+        return False
+    if not distributed.enabled:
+        return stop.requested
+    return (batch_index + 1) % STOP_CHECK_EVERY == 0 and distributed.any(stop.requested, device)
+
+
+def epoch_loss(loss_sum: torch.Tensor, sample_count: int, epoch: int, distributed: Distributed) -> float:
+    """The epoch's mean training loss from this process's sum of ``loss · batch size`` on the
+    device (summed over processes, so that all of them take the same decision); raises
+    :class:`NonFiniteLossError` if it is NaN or infinite. The one read of the loss per epoch."""
+    totals = torch.stack([loss_sum, loss_sum.new_tensor(float(sample_count))])
+    total, count = distributed.sum_(totals).tolist()
+    mean = total / max(count, 1)
+    if not math.isfinite(mean):
+        raise NonFiniteLossError(
+            f"the training loss became {mean} at epoch {epoch}; "
+            "lower optim.lr or check the data and the loss parameters."
+        )
+    return mean
 
 
 def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
@@ -296,17 +313,17 @@ def evaluate(
     model.eval()
     device = next(model.parameters()).device
     accumulator = TopKAccumulator(ks, num_classes, device)
-    total_loss, total_count = 0.0, 0
+    loss_sum, sample_count = torch.zeros((), dtype=torch.float64, device=device), 0
     for inputs, labels in batches:
         with precision.autocast():
             scores, logits = scores_of(model, inputs)
         scores, logits = scores.float(), logits.float()
         accumulator.update(scores, labels)
-        total_loss += float(loss_fn(logits, labels)) * len(labels)
-        total_count += len(labels)
+        loss_sum.add_(loss_fn(logits, labels), alpha=len(labels))  # summed on the device, read once
+        sample_count += len(labels)
+    sums = distributed.sum_(torch.stack([loss_sum, loss_sum.new_tensor(float(sample_count))]))
+    total_loss, total_count = sums.tolist()
     if distributed.enabled:
-        sums = distributed.sum_(torch.tensor([total_loss, total_count], dtype=torch.float64, device=device))
-        total_loss, total_count = sums.tolist()
         sum_counts(accumulator, distributed)
     metrics = {"loss": total_loss / max(total_count, 1)}
     metrics.update(accumulator.compute(class_groups))

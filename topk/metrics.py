@@ -48,7 +48,8 @@ class TopKAccumulator:
         rank = target_rank(scores.detach(), labels)
         hits = (rank[None, :] < self._k_column).long()
         self.hits.index_add_(1, labels, hits)
-        self.totals += torch.bincount(labels, minlength=self.num_classes)
+        # index_add_ rather than bincount, which reads the largest label on the host (a wait on a GPU)
+        self.totals.index_add_(0, labels, torch.ones_like(labels, dtype=self.totals.dtype))
 
     def per_class(self) -> dict[int, list[float | None]]:
         """Per-class top-k accuracy in percent for each k; ``None`` for classes with no sample."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from topk.sync import reads_are_free
+
 # Stands for log 0 (e = 0). Finite, unlike -inf, so that no NaN appears as -inf - (-inf) in a
 # log-sum-exp or its gradient; exp(LOG_ZERO - y) is exactly 0 for any log-coefficient y a real
 # input can produce (|y| up to about k·max|x|).
@@ -43,7 +45,12 @@ def log_esp(x: torch.Tensor, k: int, *, linear_from_degree: int = LINEAR_FROM_DE
     space after rescaling both factors so that no term can overflow, checked afterwards for
     underflow: a level whose check fails, and every level after it, uses log-sum-exps. The
     result is the same to rounding; linear space saves an ``exp`` per term, which makes ``k = 20``
-    cost 1.5x to 1.7x ``k = 5`` instead of about 2.3x (``make bench-losses``).
+    cost 1.5x to 1.7x ``k = 5`` on a CPU instead of about 2.3x (``make bench-losses``). The check
+    reads one flag per level on the host, so linear space is tried only where that read is free
+    (:func:`topk.sync.reads_are_free`: eager mode on the CPU). On an accelerator and under
+    ``torch.compile`` every level uses log-sum-exps: no value is read, nothing waits for the
+    device, and the graph has no data-dependent branch. (Deciding per element instead, with both
+    results computed and one kept by ``torch.where``, would cost more than log space alone.)
 
     The gradient is the exact derivative of this computation, by a custom backward that reuses
     the forward's terms (the chain rule autograd would apply, in fewer operations); it is not
@@ -65,7 +72,7 @@ def log_esp(x: torch.Tensor, k: int, *, linear_from_degree: int = LINEAR_FROM_DE
     x = F.pad(x.clamp(min=LOG_ZERO), (0, width - n), value=LOG_ZERO)
     # Degree-major layout [degree + 1, B, polynomials]: the log-coefficients [0, x_i] of 1 + e_i X.
     coefficients = torch.stack([torch.zeros_like(x), x])
-    try_linear = x.dtype in _TRUSTED_MINIMUM
+    try_linear = x.dtype in _TRUSTED_MINIMUM and reads_are_free(x)
     while coefficients.shape[-1] > 1:
         linear = try_linear and coefficients.shape[0] - 1 >= linear_from_degree
         coefficients, used_linear = _PolynomialProducts.apply(coefficients, k, linear)
@@ -158,7 +165,8 @@ class _PolynomialProducts(torch.autograd.Function):
     @staticmethod
     def _linear_forward(ctx, coefficients: torch.Tensor) -> torch.Tensor | None:
         """The level's log-coefficients, saving ``m, n, C`` for the backward, or ``None`` when
-        underflow makes the linear-space result untrustworthy."""
+        underflow makes the linear-space result untrustworthy (a read of the data on the host:
+        :func:`log_esp` calls it only where :func:`~topk.sync.reads_are_free`)."""
         degree_in, degree_out = ctx.degree_in, ctx.degree_out
         half = coefficients.shape[-1] // 2
         a, b = coefficients[..., :half], coefficients[..., half:]

@@ -4,8 +4,9 @@
 Every loss here keeps the same contract at its edges, checked in one place
 (:func:`topk.losses.targets.loss_inputs`, whose module docstring states it in full): labels of
 any integer dtype; ``ValueError`` for scores that are not a ``[batch, classes]`` matrix, for an
-empty batch and for NaN or infinite scores; float16 and bfloat16 scores computed in float32,
-the loss returned in float32.
+empty batch and for NaN or infinite scores (values are checked in eager mode on the CPU only:
+elsewhere no loss reads its data on the host, :mod:`topk.sync`); float16 and bfloat16 scores
+computed in float32, the loss returned in float32.
 
 ``ce`` is torch's own :class:`torch.nn.CrossEntropyLoss`, which accepts both target forms and
 follows torch's rules rather than this contract (e.g. int64 or uint8 labels only, NaN for an

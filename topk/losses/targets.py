@@ -9,9 +9,7 @@ its inputs are checked and converted. The contract, the same for every loss of
 - **An empty batch** (``batch = 0``) raises ``ValueError`` ("the batch is empty; ..."): the
   mean over no samples is undefined, and no loss returns NaN or 0 for it.
 - **Non-finite scores** (NaN or ±inf anywhere) raise :class:`NonFiniteScoresError`, a
-  ``ValueError`` and a :class:`~topk.errors.NonFiniteLossError`. This check reads one
-  boolean back from the scores' device per call (:func:`check_finite`); it is kept in that one
-  function so that a sync-free mode can skip it.
+  ``ValueError`` and a :class:`~topk.errors.NonFiniteLossError` (:func:`check_finite`).
 - **Low precision**: float16 and bfloat16 scores are upcast once to float32, the loss is
   computed in float32 and **returned in float32** (float32 and float64 scores are kept as they
   are). Gradients flow back to the scores in their own dtype.
@@ -20,6 +18,16 @@ its inputs are checked and converted. The contract, the same for every loss of
   (Mixup's soft labels) of any floating dtype, non-negative, with rows summing to 1 (within
   ``1e-4``, or the dtype's rounding unit if larger, e.g. for a bfloat16 target), converted to
   the scores' computation dtype. Boolean targets and out-of-range labels raise ``ValueError``.
+
+**Where the values are checked.** Shapes and dtypes are checked on every call. The checks of
+values (finite scores, labels in range, probability rows) read the data on the host, which on an
+accelerator waits for the device and under ``torch.compile`` breaks the graph; they are made only
+where that read is free, in eager mode on the CPU (:func:`topk.sync.reads_are_free`), and skipped
+elsewhere. There, non-finite scores give a non-finite loss, which training reports at the epoch
+end (:func:`topk.engine.train_one_epoch`); an out-of-range label fails in torch's own indexing
+(a device-side assertion on CUDA); an invalid probability target is not detected. A soft target
+is evaluated on its :data:`SYNC_FREE_SUPPORT` largest entries there (see
+:func:`expected_over_targets`).
 
 The per-label functions of the losses (e.g. :func:`expected_over_targets`) take the checked
 inputs that :func:`loss_inputs` returns and do not check them again.
@@ -30,10 +38,14 @@ from __future__ import annotations
 import torch
 
 from topk.errors import ConfigError, NonFiniteLossError
+from topk.sync import reads_are_free
 
 ROW_SUM_TOLERANCE = 1e-4
 # Score dtypes upcast to float32 before any loss is computed.
 LOW_PRECISION = (torch.float16, torch.bfloat16)
+# Labels of a soft-target row that expected_over_targets evaluates where it cannot read the row's
+# number of non-zero entries: Mixup's λ e_a + (1-λ) e_b has two.
+SYNC_FREE_SUPPORT = 2
 
 
 class NonFiniteScoresError(NonFiniteLossError, ValueError):
@@ -62,7 +74,8 @@ def loss_inputs(scores: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tenso
     ``ValueError`` with one sentence naming the problem otherwise (see the module docstring).
     """
     check_scores(scores)
-    check_finite(scores)
+    if reads_are_free(scores):
+        check_finite(scores)
     if scores.dtype in LOW_PRECISION:
         scores = scores.float()
     return scores, checked_target(scores, target)
@@ -84,12 +97,8 @@ def check_scores(scores: torch.Tensor) -> None:
 
 
 def check_finite(scores: torch.Tensor) -> None:
-    """Raise if any score is NaN or infinite.
-
-    This reads one boolean back from the scores' device, which waits for the device to finish
-    computing the scores; it is the only such read of the scores per loss call, kept here so
-    that it can be made optional for a sync-free hot path.
-    """
+    """Raise if any score is NaN or infinite (a read of the data: :func:`loss_inputs` calls it
+    only where :func:`~topk.sync.reads_are_free`)."""
     if not bool(torch.isfinite(scores).all()):
         raise NonFiniteScoresError(
             "scores contain NaN or infinite values; a loss needs finite scores "
@@ -107,12 +116,15 @@ def checked_target(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def check_labels(scores: torch.Tensor, labels: torch.Tensor) -> None:
-    """Raise unless ``labels`` is an integer vector ``[B]`` of class indices for ``scores``."""
+    """Raise unless ``labels`` is an integer vector ``[B]`` of class indices for ``scores`` (the
+    range is checked only where :func:`~topk.sync.reads_are_free`)."""
     batch, num_classes = scores.shape
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
         raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
     if labels.shape != (batch,):
         raise ValueError(f"labels must have shape [{batch}] to match the scores, got {tuple(labels.shape)}")
+    if not reads_are_free(labels):
+        return
     out_of_range = (labels < 0) | (labels >= num_classes)
     if bool(out_of_range.any()):
         bad = labels[out_of_range][0].item()
@@ -124,13 +136,16 @@ def check_probabilities(scores: torch.Tensor, target: torch.Tensor) -> None:
 
     The tolerance on the row sums is ``1e-4``, or the rounding unit of the target's dtype if
     larger (a bfloat16 Mixup row ``λ e_a + (1-λ) e_b`` can be off by half of it). A NaN or
-    infinite entry makes its row's sum fail.
+    infinite entry makes its row's sum fail. The values are checked only where
+    :func:`~topk.sync.reads_are_free` (the shape always).
     """
     if target.shape != scores.shape:
         raise ValueError(
             f"a probability target must have the scores' shape {tuple(scores.shape)}, "
             f"got {tuple(target.shape)}"
         )
+    if not reads_are_free(target):
+        return
     if bool((target < 0).any()):
         raise ValueError("a probability target has negative entries")
     row_sums = target.sum(dim=1, dtype=torch.promote_types(target.dtype, torch.float32))
@@ -152,16 +167,32 @@ def expected_over_targets(per_label_loss, scores: torch.Tensor, target: torch.Te
     """Per-sample ``Σ_i t_i · L(s, i)`` for losses defined on a hard label only.
 
     ``per_label_loss(scores [M, n], labels [M]) -> [M]`` is the per-sample loss for hard labels.
-    For integer ``target`` this is just that loss. For a probability target only the classes
-    with non-zero mass are evaluated (at most the largest count of non-zeros in a row), so a
-    Mixup target ``λ e_a + (1-λ) e_b`` costs two evaluations and gives exactly
-    ``λ·L(s, y_a) + (1-λ)·L(s, y_b)``, the form S20 and the loss contract use for hinge-type losses.
+    For integer ``target`` this is just that loss. For a probability target only the ``W``
+    largest entries of each row are evaluated, so a Mixup target ``λ e_a + (1-λ) e_b`` costs two
+    evaluations and gives exactly ``λ·L(s, y_a) + (1-λ)·L(s, y_b)``, the form S20 and the loss
+    contract use for hinge-type losses. In eager mode on the CPU ``W`` is the largest count of
+    non-zero entries in a row, read from the target: exact for every target. Where that read is
+    not free (:func:`topk.sync.reads_are_free`) ``W`` is fixed beforehand,
+    ``min(n, SYNC_FREE_SUPPORT)`` (2: Mixup's rows), and a row with more non-zero entries gets a
+    NaN loss, which training reports at the epoch end, rather than a silently truncated one.
     ``scores`` and ``target`` are those :func:`loss_inputs` returns (they are not checked again).
     """
     if not target.dtype.is_floating_point:
         return per_label_loss(scores, target)
-    support = int((target > 0).sum(dim=1).max())
-    weights, labels = torch.topk(target, support, dim=1)
+    num_classes = scores.shape[1]
+    if reads_are_free(target):
+        weights, labels = torch.topk(target, int((target > 0).sum(dim=1).max()), dim=1)
+        return _weighted_losses(per_label_loss, scores, weights, labels)
+    width = min(num_classes, SYNC_FREE_SUPPORT)
+    weights, labels = torch.topk(target, min(num_classes, width + 1), dim=1)
+    per_sample = _weighted_losses(per_label_loss, scores, weights[:, :width], labels[:, :width])
+    if width == num_classes:
+        return per_sample
+    return per_sample.masked_fill(weights[:, width] > 0, float("nan"))  # a row with more labels
+
+
+def _weighted_losses(per_label_loss, scores: torch.Tensor, weights: torch.Tensor, labels: torch.Tensor):
+    """``Σ_j weights[:, j] · L(s, labels[:, j])`` per sample, in one call of ``per_label_loss``."""
     batch, width = labels.shape
     repeated = scores.unsqueeze(1).expand(batch, width, scores.shape[1]).reshape(batch * width, -1)
     losses = per_label_loss(repeated, labels.reshape(-1)).reshape(batch, width)
