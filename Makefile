@@ -7,7 +7,7 @@ EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet
                g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
-.PHONY: install demo test test-all lint bench bench-losses bench-data bench-epochs bench-train smoke sweeps figures report clean \
+.PHONY: install install-peers demo test test-all lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed
 
@@ -36,9 +36,20 @@ lint: install
 bench: install
 	$(PY) scripts/bench_train.py sweeps
 
-# Speed (ratio to cross-entropy) and float32 stability of every loss (outputs/bench/losses.{json,md}).
+# Speed (ratio to cross-entropy) and float32 stability of every loss, and ours against the
+# published codes where `make install-peers` has installed them (outputs/bench/losses.{json,md}).
 bench-losses: install
 	$(PY) scripts/bench_losses.py
+
+# The published implementations bench-losses compares ours with: pytopk (G22's noised losses) and
+# difftopk (its copy of B18's smooth top-k SVM loss), the `peers` extra.
+install-peers: install
+	$(PY) -m pip install --quiet -e '.[peers]'
+
+# Every GPU check of issue 13 on a CUDA machine (loss benchmark, host-device synchronisations
+# of a DenseNet 40-40 step per loss, G22 Fig. 3 epoch times): outputs/gpu/. See scripts/gpu_check.sh.
+gpu-check: install
+	PY=$(PY) bash scripts/gpu_check.sh
 
 # Images per second of the engine against the same bare PyTorch loop on a DenseNet 40-12
 # (outputs/bench/train.{json,md}).

@@ -1,7 +1,9 @@
-"""Speed and stability of every loss (B18 Tables 3–5, G22 Fig. 3 in spirit).
+"""Speed and stability of every loss (B18 Tables 3–5, G22 Fig. 3 in spirit), and ours against
+the published codes.
 
     python scripts/bench_losses.py              # or: make bench-losses
     python scripts/bench_losses.py --quick      # n = 1000 only, fewer repeats
+    python scripts/bench_losses.py --device cuda
 
 Speed: forward+backward time of each loss in ``conf/loss/`` (with its config's parameters) on
 float32 scores 4·N(0,1) [256, n] for n ∈ {100, 1000, 10000} and k ∈ {1, 2, 5, 10, 20} (losses
@@ -11,14 +13,27 @@ thread. The noised losses' cost depends on the spread of the scores relative to 
 drawn only where it can change the result), so the ratio at 4·N(0,1) is not a worst case. Also ``log_esp`` forward alone against the summation algorithm up to n = 100,000 (k = 5).
 Stability: ``log_esp`` (divide and conquer in log-space) against the summation algorithm on
 scores/(kτ), k = 5, for τ ∈ {10, 1, 0.1, 1e-2, 1e-3, 1e-4} in float32 and float64, on logits with
-ImageNet-like spread (4·N(0,1), the label raised by 15: about -15 to +30). Writes
-``outputs/bench/losses.json`` and ``outputs/bench/losses.md``.
+ImageNet-like spread (4·N(0,1), the label raised by 15: about -15 to +30).
+Head-to-head (when ``pip install -e '.[peers]'`` has installed them): ``smooth_svm`` against
+difftopk's copy of B18's published loss (``difftopk.SmoothHardTopKLoss``), ``noised_bal`` and
+``noised_imbal`` against G22's ``pytopk.BalNoisedTopK`` and ``pytopk.ImbalNoisedTopK``, with our
+configs' parameters, for n ∈ {100, 1000, 10000, 100000} (B18 Table 3's range) and k ∈ {1, 5, 20}:
+cross-entropy, ours and theirs timed alternately in one loop, the peak memory of one
+forward+backward of each, and the two values and gradients on the same scores (the noised losses
+given the same noise). Writes ``outputs/bench/losses.json`` and ``outputs/bench/losses.md``.
+``--device cuda`` (the default where CUDA is present) runs it all on the GPU, synchronising around
+every timed call; the stability part runs on the CPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
+import importlib
+import importlib.metadata
 import inspect
+import io
 import json
 import statistics
 import sys
@@ -31,40 +46,62 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 
 from topk.functional.esp import log_esp, log_esp_summation
+from topk.losses.margin import margins_for
+from topk.losses.noised import noised_topk_hinge
 
 ROOT = Path(__file__).resolve().parents[1]
 
 BATCH = 256
 TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)
 
+# Head-to-head: our loss (conf/loss) -> (the package of the published code, what of it is compared).
+PEER_LOSSES = {
+    "smooth_svm": ("difftopk", "difftopk.SmoothHardTopKLoss"),
+    "noised_bal": ("pytopk", "pytopk.BalNoisedTopK"),
+    "noised_imbal": ("pytopk", "pytopk.ImbalNoisedTopK"),
+}
+PEERS_HINT = "pip install -e '.[peers]' to include the published codes"
+# On a CPU, difftopk's smooth SVM takes about 8 s per forward+backward at n = 100,000 and a batch
+# of only 32 (k = 20), so the head-to-head uses that batch there; on a GPU it keeps 256.
+CPU_BATCH_AT_100K = 32
 
-def median_seconds(step, budget: float, min_repeats: int = 3, max_repeats: int = 50) -> float:
-    """Median wall time of ``step()`` over repeats that fit in about ``budget`` seconds."""
-    step()  # warm-up
-    times = []
-    started = time.perf_counter()
-    while len(times) < max_repeats and (len(times) < min_repeats or time.perf_counter() - started < budget):
-        begin = time.perf_counter()
+
+def no_sync() -> None:
+    pass
+
+
+def synchronizer(device: torch.device):
+    """What to call before and after a timed call so that it measures the device's work."""
+    return torch.cuda.synchronize if device.type == "cuda" else no_sync
+
+
+def alternate_medians(steps, budget: float, min_repeats: int, max_repeats: int, sync=no_sync) -> list[float]:
+    """Median wall times of the functions ``steps``, called in turn (one warm-up call each first)
+    for repeats that fit in about ``budget`` seconds, so that all see the same machine state
+    (caches, other load); ``sync`` is called around every timed call."""
+    for step in steps:
         step()
-        times.append(time.perf_counter() - begin)
-    return statistics.median(times)
-
-
-def paired_median_seconds(baseline, step, budget: float, min_repeats: int = 5, max_repeats: int = 60):
-    """Medians of ``baseline()`` and ``step()`` timed alternately, so that both see the same
-    machine state (caches, other load); returns ``(baseline_seconds, step_seconds)``."""
-    baseline()
-    step()
-    baseline_times, step_times = [], []
+    times = [[] for _ in steps]
     started = time.perf_counter()
-    while len(step_times) < max_repeats and (
-        len(step_times) < min_repeats or time.perf_counter() - started < budget
-    ):
-        for function, times in ((baseline, baseline_times), (step, step_times)):
+    while len(times[0]) < max_repeats and (len(times[0]) < min_repeats or time.perf_counter() - started < budget):
+        for step, step_times in zip(steps, times):
+            sync()
             begin = time.perf_counter()
-            function()
-            times.append(time.perf_counter() - begin)
-    return statistics.median(baseline_times), statistics.median(step_times)
+            step()
+            sync()
+            step_times.append(time.perf_counter() - begin)
+    return [statistics.median(step_times) for step_times in times]
+
+
+def median_seconds(step, budget: float, min_repeats: int = 3, max_repeats: int = 50, sync=no_sync) -> float:
+    """Median wall time of ``step()`` over repeats that fit in about ``budget`` seconds."""
+    return alternate_medians([step], budget, min_repeats, max_repeats, sync)[0]
+
+
+def paired_median_seconds(baseline, step, budget: float, min_repeats: int = 5, max_repeats: int = 60, sync=no_sync):
+    """Medians of ``baseline()`` and ``step()`` timed alternately; returns ``(baseline_seconds, step_seconds)``."""
+    baseline_seconds, step_seconds = alternate_medians([baseline, step], budget, min_repeats, max_repeats, sync)
+    return baseline_seconds, step_seconds
 
 
 def forward_backward(loss_fn, scores, labels):
@@ -80,8 +117,12 @@ def build_loss(name: str, k: int | None, num_classes: int):
     cfg = compose("train", overrides=overrides).loss
     extra = {}
     if "class_counts" in inspect.signature(get_class(cfg._target_)).parameters:
-        extra["class_counts"] = [100 + 10 * c for c in range(num_classes)]
+        extra["class_counts"] = class_counts(num_classes)
     return instantiate(cfg, **extra)
+
+
+def class_counts(num_classes: int) -> list[int]:
+    return [100 + 10 * c for c in range(num_classes)]
 
 
 def loss_names() -> list[str]:
@@ -92,20 +133,21 @@ def has_k(name: str) -> bool:
     return "k" in compose("train", overrides=[f"loss={name}"]).loss
 
 
-def bench_speed(ns, ks, budget) -> list[dict]:
+def bench_speed(ns, ks, budget, device=torch.device("cpu")) -> list[dict]:
     rows = []
     generator = torch.Generator().manual_seed(0)
+    sync = synchronizer(device)
     for n in ns:
-        scores = 4 * torch.randn(BATCH, n, generator=generator)
-        labels = torch.randint(0, n, (BATCH,), generator=generator)
+        scores = (4 * torch.randn(BATCH, n, generator=generator)).to(device)
+        labels = torch.randint(0, n, (BATCH,), generator=generator).to(device)
         cross_entropy = forward_backward(F.cross_entropy, scores, labels)
         for name in loss_names():
             for k in (ks if has_k(name) else [None]):
                 if k is not None and k >= n:
                     continue
-                loss_fn = build_loss(name, k, n)
+                loss_fn = build_loss(name, k, n).to(device)
                 ce_seconds, seconds = paired_median_seconds(
-                    cross_entropy, forward_backward(loss_fn, scores, labels), budget
+                    cross_entropy, forward_backward(loss_fn, scores, labels), budget, sync=sync
                 )
                 rows.append({"loss": name, "n": n, "k": k, "seconds": seconds,
                              "ce_seconds": ce_seconds, "ratio_to_ce": seconds / ce_seconds})
@@ -113,17 +155,172 @@ def bench_speed(ns, ks, budget) -> list[dict]:
     return rows
 
 
-def bench_esp_forward(ns, budget) -> list[dict]:
+def bench_esp_forward(ns, budget, device=torch.device("cpu")) -> list[dict]:
     rows = []
     generator = torch.Generator().manual_seed(1)
+    sync = synchronizer(device)
     for n in ns:
-        x = torch.randn(BATCH, n, generator=generator) / 5
+        x = (torch.randn(BATCH, n, generator=generator) / 5).to(device)
         with torch.no_grad():
-            log_space = median_seconds(lambda x=x: log_esp(x, 5), budget)
-            summation = median_seconds(lambda x=x: log_esp_summation(x, 5), budget)
+            log_space = median_seconds(lambda x=x: log_esp(x, 5), budget, sync=sync)
+            summation = median_seconds(lambda x=x: log_esp_summation(x, 5), budget, sync=sync)
         rows.append({"n": n, "divide_conquer_log_seconds": log_space, "summation_seconds": summation,
                      "summation_over_divide_conquer": summation / log_space})
         print(f"log_esp forward n={n}: DC {1e3 * log_space:.2f} ms, summation {1e3 * summation:.2f} ms", flush=True)
+    return rows
+
+
+# --- ours against the published codes -------------------------------------------------------------
+
+def load_peers() -> dict:
+    """The published implementations that are installed, ``{package name: module}``."""
+    peers = {}
+    for name in sorted({package for package, _ in PEER_LOSSES.values()}):
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):  # difftopk prints a torch-sparse notice
+                peers[name] = importlib.import_module(name)
+        except ImportError:
+            continue
+    return peers
+
+
+def peer_versions(peers: dict) -> dict:
+    return {name: importlib.metadata.version(name) for name in peers}
+
+
+def peer_loss(name: str, ours, peers: dict, num_classes: int, device: torch.device):
+    """The published loss with the parameters of ``ours`` (our config's loss)."""
+    if name == "smooth_svm":
+        if ours.alpha != 1:
+            raise ValueError(f"difftopk's smooth SVM has α = 1; our config has α = {ours.alpha}")
+        return peers["difftopk"].SmoothHardTopKLoss(num_classes, ours.k, ours.tau, device=device)
+    pytopk = peers["pytopk"]
+    if name == "noised_bal":
+        return pytopk.BalNoisedTopK(ours.k, ours.epsilon, n_sample=ours.n_samples)
+    return pytopk.ImbalNoisedTopK(ours.k, ours.epsilon, ours.max_margin, class_counts(num_classes),
+                                  scale=ours.scale, n_sample=ours.n_samples).to(device)
+
+
+def same_noise_functions(name: str, ours, theirs, peers: dict, scores, labels):
+    """Ours and theirs as functions of the scores that draw no noise: both get the same noise
+    ``Z`` (pytopk's layout ``[batch, n, B]``; ours takes ``[B, batch, n]``), so that their values
+    and gradients can be compared exactly. Ours is :func:`noised_topk_hinge`, the function the
+    module calls; theirs pytopk's functional form, which its module calls."""
+    pytopk = peers["pytopk"]
+    batch, num_classes = scores.shape
+    generator = torch.Generator(device=scores.device).manual_seed(3)
+    z = torch.randn(batch, num_classes, ours.n_samples, generator=generator, device=scores.device)
+    noise = z.permute(2, 0, 1)
+    smoothed = pytopk.noised_topk._noised_topk
+    k, epsilon, b = ours.k, ours.epsilon, ours.n_samples
+    if name == "noised_bal":
+        ones = scores.new_ones(num_classes)
+        return (lambda s: noised_topk_hinge(s, labels, ones, k, epsilon, b, noise=noise).mean(),
+                lambda s: pytopk.functional.bal_noised_topk_loss(s, labels, k, epsilon, smoothed, z))
+    margins = margins_for(ours.margins, scores)
+    return (lambda s: ours.scale * noised_topk_hinge(s, labels, margins, k, epsilon, b, noise=noise).mean(),
+            lambda s: pytopk.functional.imbal_noised_topk_loss(
+                s, labels, k, theirs.m_list, epsilon, smoothed, z, theirs.scale))
+
+
+def value_and_grad(function, scores):
+    leaf = scores.detach().clone().requires_grad_(True)
+    value = function(leaf)
+    value.backward()
+    return float(value.detach()), leaf.grad
+
+
+def agreement(name: str, ours, theirs, peers: dict, scores, labels) -> dict:
+    """Both losses' values on the same scores, their difference and the largest difference of
+    their gradients (the noised losses with the same noise)."""
+    if name in ("noised_bal", "noised_imbal"):
+        ours_fn, theirs_fn = same_noise_functions(name, ours, theirs, peers, scores, labels)
+    else:
+        ours_fn, theirs_fn = (lambda s: ours(s, labels)), (lambda s: theirs(s, labels))
+    ours_value, ours_grad = value_and_grad(ours_fn, scores)
+    theirs_value, theirs_grad = value_and_grad(theirs_fn, scores)
+    return {"ours_value": ours_value, "theirs_value": theirs_value,
+            "abs_value_difference": abs(ours_value - theirs_value),
+            "max_abs_grad_difference": float((ours_grad - theirs_grad).abs().max())}
+
+
+def resident_bytes(key: str) -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_memory_bytes(step, device: torch.device) -> int | None:
+    """Peak memory that one call of ``step`` adds to what is in use before it: on CUDA,
+    ``torch.cuda.max_memory_allocated`` (tensors); on a Linux CPU the growth of the process's
+    peak resident memory (``VmHWM``, reset through ``/proc/self/clear_refs`` after freed heap
+    memory has been returned with ``malloc_trim``), which counts every allocation, torch's
+    included, to the page. ``None`` where neither is available."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+        step()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated(device) - before
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return None
+    before = resident_bytes("VmRSS")
+    step()
+    after = resident_bytes("VmHWM")
+    return None if before is None or after is None else max(after - before, 0)
+
+
+def head_to_head_batch(num_classes: int, device: torch.device) -> int:
+    return CPU_BATCH_AT_100K if device.type == "cpu" and num_classes >= 100_000 else BATCH
+
+
+def compare(name: str, k: int, scores, labels, peers: dict, budget: float, min_repeats: int) -> dict:
+    """One head-to-head row: cross-entropy, ours and theirs timed alternately, peak memory,
+    agreement of the values."""
+    batch, num_classes = scores.shape
+    ours = build_loss(name, k, num_classes).to(scores.device)
+    theirs = peer_loss(name, ours, peers, num_classes, scores.device)
+    steps = [forward_backward(fn, scores, labels) for fn in (F.cross_entropy, ours, theirs)]
+    ce, ours_seconds, theirs_seconds = alternate_medians(
+        steps, budget, min_repeats, max_repeats=30, sync=synchronizer(scores.device))
+    ours_peak, theirs_peak = (peak_memory_bytes(step, scores.device) for step in steps[1:])
+    return {"loss": name, "published": PEER_LOSSES[name][1], "n": num_classes, "k": k, "batch": batch,
+            "ce_seconds": ce, "ours_seconds": ours_seconds, "theirs_seconds": theirs_seconds,
+            "ours_ratio_to_ce": ours_seconds / ce, "theirs_ratio_to_ce": theirs_seconds / ce,
+            "speedup": theirs_seconds / ours_seconds,
+            "ours_peak_bytes": ours_peak, "theirs_peak_bytes": theirs_peak,
+            **agreement(name, ours, theirs, peers, scores, labels)}
+
+
+def bench_head_to_head(ns, ks, budget, peers: dict, device=torch.device("cpu"), min_repeats: int = 3,
+                       batch_for=head_to_head_batch) -> list[dict]:
+    """Ours against every installed published code (``load_peers()``), float32 scores
+    4·N(0,1) [batch, n]; ``batch_for(n, device)`` gives the batch (see ``CPU_BATCH_AT_100K``)."""
+    rows = []
+    generator = torch.Generator().manual_seed(2)
+    for n in ns:
+        batch = batch_for(n, device)
+        scores = (4 * torch.randn(batch, n, generator=generator)).to(device)
+        labels = torch.randint(0, n, (batch,), generator=generator).to(device)
+        for name, (package, _) in PEER_LOSSES.items():
+            for k in ks:
+                if package not in peers or k >= n:
+                    continue
+                row = compare(name, k, scores, labels, peers, budget, min_repeats)
+                rows.append(row)
+                print(f"n={n:>6} {name:>12} k={k:>2} batch {batch}: CE {1e3 * row['ce_seconds']:.2f} ms, "
+                      f"ours {1e3 * row['ours_seconds']:.2f} ms, theirs {1e3 * row['theirs_seconds']:.2f} ms, "
+                      f"|Δ loss| {row['abs_value_difference']:.1e}", flush=True)
     return rows
 
 
@@ -152,8 +349,8 @@ def bench_stability(k: int = 5) -> list[dict]:
     return rows
 
 
-def markdown(speed, esp_rows, stability) -> str:
-    lines = ["### Forward+backward time, ratio to cross-entropy (batch 256, float32, 1 thread)", ""]
+def markdown(speed, esp_rows, stability, where: str = "1 thread") -> str:
+    lines = [f"### Forward+backward time, ratio to cross-entropy (batch 256, float32, {where})", ""]
     ns = sorted({row["n"] for row in speed})
     header = "| loss | k | " + " | ".join(f"n = {n}" for n in ns) + " |"
     lines += [header, "|---|---|" + "---|" * len(ns)]
@@ -185,24 +382,77 @@ def markdown(speed, esp_rows, stability) -> str:
     return "\n".join(lines) + "\n"
 
 
+def megabytes(count: int | None) -> str:
+    return "n/a" if count is None else f"{count / 1e6:.1f}"
+
+
+def head_to_head_markdown(rows, versions: dict, where: str) -> str:
+    """The head-to-head table, or the one sentence that says how to include the published codes."""
+    lines = [f"### Ours against the published codes (forward+backward, float32, {where})", ""]
+    missing = sorted({package for package, _ in PEER_LOSSES.values()} - set(versions))
+    if missing:
+        lines += [f"{', '.join(missing)} not installed: {PEERS_HINT}.", ""]
+    if not rows:
+        return "\n".join(lines)
+    memory = ("CUDA tensor memory (`torch.cuda.max_memory_allocated`)" if "CUDA" in where else
+              "growth of the process's peak resident memory (Linux VmHWM)")
+    lines += [
+        "Published: " + ", ".join(f"{name} {version}" for name, version in sorted(versions.items()))
+        + ". CE, ours and theirs timed alternately on the same scores 4·N(0,1), medians; "
+        f"peak memory: what one forward+backward adds at its peak, {memory}, in MB; "
+        "|Δ loss|: the two batch-mean values on the same scores (the noised losses given the same "
+        "noise), max |Δ grad|: the largest difference of their gradients.", "",
+        "| loss | published | n | k | batch | CE (ms) | ours (ms, ×CE) | theirs (ms, ×CE) | ours / theirs speed-up "
+        "| peak memory ours / theirs (MB) | abs Δ loss | max abs Δ grad |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted(rows, key=lambda row: (list(PEER_LOSSES).index(row["loss"]), row["n"], row["k"])):
+        lines.append(
+            f"| {row['loss']} | `{row['published']}` | {row['n']} | {row['k']} | {row['batch']} "
+            f"| {1e3 * row['ce_seconds']:.2f} "
+            f"| {1e3 * row['ours_seconds']:.2f} ({row['ours_ratio_to_ce']:.1f}×) "
+            f"| {1e3 * row['theirs_seconds']:.2f} ({row['theirs_ratio_to_ce']:.1f}×) "
+            f"| {row['speedup']:.1f}× | {megabytes(row['ours_peak_bytes'])} / {megabytes(row['theirs_peak_bytes'])} "
+            f"| {row['abs_value_difference']:.1e} | {row['max_abs_grad_difference']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def default_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def describe(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"CUDA, {torch.cuda.get_device_name(device)}"
+    return "CPU, 1 thread"
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="n = 1000 only and short timing budgets")
+    parser.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench")
     args = parser.parse_args(argv)
+    device = torch.device(args.device)
     torch.set_num_threads(1)
     ns = [1000] if args.quick else [100, 1000, 10000]
     ks = [5, 20] if args.quick else [1, 2, 5, 10, 20]
     budget = 0.3 if args.quick else 1.0
+    peers = load_peers()
+    if len(peers) < len({package for package, _ in PEER_LOSSES.values()}):
+        print(f"{PEERS_HINT}.", flush=True)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
-        speed = bench_speed(ns, ks, budget)
-    esp_rows = bench_esp_forward([1000] if args.quick else [100, 1000, 10000, 100000], budget)
+        speed = bench_speed(ns, ks, budget, device)
+        head_to_head = bench_head_to_head([1000] if args.quick else [100, 1000, 10000, 100000],
+                                          [5] if args.quick else [1, 5, 20], budget, peers, device)
+    esp_rows = bench_esp_forward([1000] if args.quick else [100, 1000, 10000, 100000], budget, device)
     stability = bench_stability()
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"batch": BATCH, "threads": 1, "torch": torch.__version__, "speed": speed,
-              "log_esp_forward": esp_rows, "stability": stability}
+    result = {"batch": BATCH, "threads": 1, "torch": torch.__version__, "device": describe(device),
+              "speed": speed, "log_esp_forward": esp_rows, "stability": stability,
+              "peers": peer_versions(peers), "head_to_head": head_to_head}
     (args.out / "losses.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = markdown(speed, esp_rows, stability)
+    table = (markdown(speed, esp_rows, stability, "1 thread" if device.type == "cpu" else describe(device))
+             + "\n" + head_to_head_markdown(head_to_head, peer_versions(peers), describe(device)))
     (args.out / "losses.md").write_text(table)
     print(table)
     return 0

@@ -1,0 +1,87 @@
+"""``make bench-losses``' head-to-head with the published codes (``scripts/bench_losses.py``) and
+``scripts/gpu_sync_check.py``'s CPU dry run, at tiny sizes (no timing is asserted: the machines
+are shared; the numbers are the benchmark's, in outputs/bench/losses.md)."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+
+import pytest
+import torch
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+
+from conftest import CONF, ROOT
+
+SCRIPTS = ROOT / "scripts"
+# difftopk instantiates its autograd Function, which torch deprecates
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:difftopk.*")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """The script's functions (run as a module named ``bench_losses``, not as ``__main__``)."""
+    return runpy.run_path(str(SCRIPTS / "bench_losses.py"), run_name="bench_losses")
+
+
+def tiny_head_to_head(bench, peers):
+    """n = 10, k = 2, batch 8, one timed repeat of each loss against its published code."""
+    threads = torch.get_num_threads()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            return bench["bench_head_to_head"]([10], [2], 0.0, peers, min_repeats=1,
+                                               batch_for=lambda n, device: 8)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_without_the_published_codes_one_sentence_says_how_to_add_them(bench, monkeypatch):
+    monkeypatch.setitem(sys.modules, "pytopk", None)  # import pytopk raises ImportError
+    monkeypatch.setitem(sys.modules, "difftopk", None)
+    peers = bench["load_peers"]()
+    assert peers == {}
+    assert tiny_head_to_head(bench, peers) == []
+    text = bench["head_to_head_markdown"]([], bench["peer_versions"](peers), "CPU, 1 thread")
+    assert "difftopk, pytopk not installed: pip install -e '.[peers]' to include the published codes." in text
+    assert "| loss |" not in text
+
+
+def test_head_to_head_rows_agree_with_the_published_codes(bench):
+    peers = bench["load_peers"]()
+    if set(peers) != {"pytopk", "difftopk"}:
+        pytest.skip("the published codes are not installed (pip install -e '.[peers]')")
+    rows = tiny_head_to_head(bench, peers)
+    assert [(row["loss"], row["published"]) for row in rows] == [
+        ("smooth_svm", "difftopk.SmoothHardTopKLoss"), ("noised_bal", "pytopk.BalNoisedTopK"),
+        ("noised_imbal", "pytopk.ImbalNoisedTopK")]
+    for row in rows:
+        assert (row["n"], row["k"], row["batch"]) == (10, 2, 8)
+        assert min(row["ce_seconds"], row["ours_seconds"], row["theirs_seconds"]) > 0
+        assert row["speedup"] == pytest.approx(row["theirs_seconds"] / row["ours_seconds"])
+        # same scores (and, for the noised losses, the same noise): same values and gradients
+        assert row["abs_value_difference"] <= 1e-5 * max(1.0, abs(row["ours_value"])), row
+        assert row["max_abs_grad_difference"] <= 1e-5, row
+    json.dumps(rows)  # the rows go to losses.json as they are
+    text = bench["head_to_head_markdown"](rows, bench["peer_versions"](peers), "CPU, 1 thread")
+    lines = text.splitlines()
+    assert lines[0] == "### Ours against the published codes (forward+backward, float32, CPU, 1 thread)"
+    header = next(line for line in lines if line.startswith("| loss |"))
+    assert header.count("|") == 13 and "ours / theirs speed-up" in header
+    assert sum(line.startswith("| noised") or line.startswith("| smooth") for line in lines) == 3
+    assert "pytopk 0.1.0" in text and "difftopk 0.2.0" in text
+
+
+def test_gpu_sync_check_dry_run_on_the_cpu(tmp_path):
+    script = runpy.run_path(str(SCRIPTS / "gpu_sync_check.py"), run_name="gpu_sync_check")
+    GlobalHydra.instance().clear()
+    code = script["main"](["--device", "cpu", "--model", "linear", "--batch-size", "8", "--steps", "1",
+                           "--losses", "noised_imbal", "--out", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "sync_check.json").read_text())
+    assert result["device"] == "CPU, dry run"
+    assert result["losses"] == [{"loss": "noised_imbal", "sync": None, "result": "ran (CPU: no sync check)",
+                                 "where": None}]
+    assert "| noised_imbal | ran (CPU: no sync check) | – |" in (tmp_path / "sync_check.md").read_text()
