@@ -36,6 +36,15 @@ def summarise_cell(entries: list[dict], expected_seeds: int | None) -> dict:
     }
 
 
+def summarise_groups(entries: Iterable[dict], keys: tuple[str, ...],
+                     expected_seeds: int | None) -> dict[tuple, dict]:
+    """:func:`summarise_cell` of the entries sharing each value of ``keys``, in first-seen order."""
+    groups: dict[tuple, list] = {}
+    for entry in entries:
+        groups.setdefault(tuple(entry[key] for key in keys), []).append(entry)
+    return {key: summarise_cell(group, expected_seeds) for key, group in groups.items()}
+
+
 def count_text(cell: Mapping, unit: str = "seeds") -> str:
     """"3/3 seeds", "2/3 seeds, 1 failed", "no run"."""
     if cell["runs"] == 0:
@@ -75,28 +84,27 @@ def display(value) -> str:
     return str(value)
 
 
-def _sort_value(value) -> tuple:
-    """Numbers first, by value; then text in natural order ("B=3" before "B=10")."""
-    if isinstance(value, float):
-        return (0, value, ())
-    parts = re.split(r"(\d+)", str(value))
-    return (1, 0.0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts))
-
-
 def _sort_key(key) -> tuple:
-    return tuple(map(_sort_value, key if isinstance(key, tuple) else (key,)))
-
-
-def ordered(keys: Iterable, first: Iterable, sort_all: bool = False) -> list:
-    """``first`` (the paper's order) then the other ``keys`` sorted; everything sorted if
-    ``sort_all`` or if ``first`` is already ascending."""
-    first = list(dict.fromkeys(first))
-    if sort_all or first == sorted(first, key=_sort_key):
-        return sorted(set(keys) | set(first), key=_sort_key)
-    return first + sorted(set(keys) - set(first), key=_sort_key)
+    """Numbers first, by value; then text in natural order ("B=3" before "B=10"); a tuple key
+    part by part."""
+    if isinstance(key, tuple):
+        return tuple(map(_sort_key, key))
+    if isinstance(key, float):
+        return (0, key, ())
+    parts = re.split(r"(\d+)", str(key))
+    return (1, 0.0, tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in parts))
 
 
 def in_order(keys: Iterable, first: Iterable) -> list:
     """``first`` in its order, then the other ``keys`` in natural order."""
     first = list(dict.fromkeys(first))
-    return first + [key for key in ordered(keys, []) if key not in first]
+    return first + sorted(set(keys) - set(first), key=_sort_key)
+
+
+def ordered(keys: Iterable, first: Iterable, sort_all: bool = False) -> list:
+    """:func:`in_order`, but everything sorted if ``sort_all`` or if ``first`` (the paper's
+    order) is already ascending."""
+    first = list(dict.fromkeys(first))
+    if sort_all or first == sorted(first, key=_sort_key):
+        return sorted(set(keys) | set(first), key=_sort_key)
+    return in_order(keys, first)

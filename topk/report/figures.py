@@ -1,17 +1,13 @@
-"""Paper figures from a sweep's runs frame, each written as PNG, CSV and markdown.
-
-``s20_exp1``–``3`` (S20 Figs. 2–4): top-1/top-2 test accuracy against the swept parameter, one
-line per loss, min–max bars. ``s20_cifar`` (S20 Fig. 6): test top-k accuracy for k = 1…30 of
-one (model, augmentation, selection) panel. ``g22_time`` (G22 Fig. 3): epoch time against K as
-a ratio to cross-entropy's. ``b18_tau`` (B18 Fig. 2a): training top-5 error per epoch, one line
-per τ. Failed, interrupted, running and missing runs are counted, never averaged in.
+"""Paper figures from a sweep's runs frame, each written as PNG, CSV and markdown: S20 Figs. 2–4
+(``s20_exp1``–``3``) and 6 (``s20_cifar``), G22 Fig. 3 (``g22_time``), B18 Fig. 2a (``b18_tau``).
+Failed, interrupted, running and missing runs are counted, never averaged in.
 """
 
 from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,9 +24,9 @@ from topk.report.cells import (
     number,
     observation,
     ordered,
-    summarise_cell,
+    summarise_groups,
 )
-from topk.report.render import Document
+from topk.report.render import FigureText
 from topk.report.runs import Sweep, column, load_sweep, read_history, read_sweep
 
 
@@ -80,6 +76,12 @@ def loss_display(loss, k=2) -> str:
     return LOSS_NAMES.get(loss, str(loss)).format(k=k)
 
 
+def best_of(means: pd.Series, tolerance: float = 0.05) -> list:
+    """The index entries of ``means`` within ``tolerance`` of its maximum (NaN skipped)."""
+    means = means.dropna()
+    return list(means.index[means >= means.max() - tolerance]) if len(means) else []
+
+
 def _pyplot():
     import matplotlib
 
@@ -122,26 +124,6 @@ def summarise(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> p
             .drop(columns="_order").reset_index(drop=True))
 
 
-def best_of(means: pd.Series, tolerance: float = 0.05) -> list:
-    """The index entries of ``means`` within ``tolerance`` of its maximum (NaN skipped)."""
-    means = means.dropna()
-    return list(means.index[means >= means.max() - tolerance]) if len(means) else []
-
-
-def leaders(summary: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
-    """Per parameter value, the loss(es) with the best mean (0.05-point ties) and CE's lead."""
-    rows = []
-    for value, group in summary.groupby(parameter, sort=True):
-        row = {parameter: value}
-        for metric in metrics:
-            means = group.set_index("loss")[f"{metric}_mean"].dropna()
-            row[f"best_{metric}"] = " = ".join(best_of(means))
-            if "ce" in means.index and len(means) > 1:
-                row[f"ce_minus_best_other_{metric}"] = means["ce"] - means.drop("ce").max()
-        rows.append(row)
-    return pd.DataFrame(rows)
-
-
 def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
     """Top-1 and top-2 test accuracy against the parameter, one line per loss (bars min–max)."""
     fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4), constrained_layout=True)
@@ -164,38 +146,48 @@ def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
 
 
 def s20_synthetic(experiment: str, sweep: Sweep):
+    """S20 Figs. 2–4: the summary, the best loss per setting, and S20's claims."""
     figure = S20_FIGURES[experiment]
     summary = summarise(runs_table(sweep.runs, figure.parameter), figure.parameter)
+    leaders = []  # per setting: the best loss(es) (0.05-point ties) and CE's lead
+    for value, group in summary.groupby(figure.parameter, sort=True):
+        row = {figure.parameter: value}
+        for metric in ("top1", "top2"):
+            means = group.set_index("loss")[f"{metric}_mean"].dropna()
+            row[f"best_{metric}"] = " = ".join(best_of(means))
+            if "ce" in means.index and len(means) > 1:
+                row[f"ce_minus_best_other_{metric}"] = means["ce"] - means.drop("ce").max()
+        leaders.append(row)
     claims = paper_results.load("s20_synthetic_claims")
-    document = Document(figure.title, [sweep.header()], [
+    sections = [
         ("Test accuracy (%) over seeds (runs: completed runs; not_completed: failed or unfinished "
          "runs, left out of the means).", summary),
         ("Best mean per setting (losses within 0.05 points tie; `ce_minus_best_other`: CE's mean "
-         "minus the best of the other losses, in points):", leaders(summary, figure.parameter)),
+         "minus the best of the other losses, in points):", pd.DataFrame(leaders)),
         ("What S20 claims for this experiment (`topk/paper_results/s20_synthetic_claims.csv`):",
-         claims[claims["experiment"] == experiment][["setting", "claim"]])], floatfmt=".2f")
-    return draw_summary(summary, figure), summary, document
+         claims[claims["experiment"] == experiment][["setting", "claim"]])]
+    text = FigureText(experiment, figure.title, [sweep.header()], sections, summary, floatfmt=".2f")
+    return draw_summary(summary, figure), text
 
 
-# ------------------------------------------------------------------------ shared: points, axes
+# ------------------------------------------------------------------------ line figures
 
 
-def summarise_points(entries: Iterable[Mapping], expected_seeds: int | None, line_name: str,
-                     x_name: str, value_name: str, line_order: Iterable = (),
-                     unit: str = "seeds") -> pd.DataFrame:
+def summarise_points(entries: list[dict], expected_seeds: int | None, line_name: str,
+                     x_name: str, value_name: str, line_order=(), unit="seeds") -> pd.DataFrame:
     """One row per (line, x) of :func:`observation` entries, lines in order and x ascending:
     ``<value_name>_mean`` and ``_std`` over completed runs, the cell counts and their text."""
-    groups: dict[tuple, list] = {}
-    for entry in entries:
-        groups.setdefault((entry["line"], entry["x"]), []).append(entry)
-    rank = {line: i for i, line in enumerate(in_order([line for line, _ in groups], line_order))}
-    rows = []
-    for (line, x), group in sorted(groups.items(), key=lambda item: (
-            rank[item[0][0]], number(item[0][1]) is None, number(item[0][1]) or 0.0)):
-        cell = summarise_cell(group, expected_seeds)
-        rows.append({line_name: line, x_name: x, f"{value_name}_mean": cell["mean"],
-                     f"{value_name}_std": cell["std"], **{k: cell[k] for k in (*COUNTS, "seeds")},
-                     "counts": count_text(cell, unit)})
+    cells = summarise_groups(entries, ("line", "x"), expected_seeds)
+    rank = {line: i for i, line in enumerate(in_order([line for line, _ in cells], line_order))}
+
+    def position(item):  # lines in order, then x ascending (none last)
+        (line, x), _ = item
+        return rank[line], number(x) is None, number(x) or 0.0
+
+    rows = [{line_name: line, x_name: x, f"{value_name}_mean": cell["mean"],
+             f"{value_name}_std": cell["std"], **{k: cell[k] for k in (*COUNTS, "seeds")},
+             "counts": count_text(cell, unit)}
+            for (line, x), cell in sorted(cells.items(), key=position)]
     frame = pd.DataFrame(rows, columns=[line_name, x_name, f"{value_name}_mean",
                                         f"{value_name}_std", *COUNTS, "seeds", "counts"])
     xs = pd.to_numeric(frame[x_name], errors="coerce")
@@ -205,20 +197,17 @@ def summarise_points(entries: Iterable[Mapping], expected_seeds: int | None, lin
     return frame
 
 
-def line_axes(x_label: str, y_label: str, title: str):
+def line_figure(points: pd.DataFrame, line_name: str, x_name: str, value_name: str,
+                label: Callable[[object], str], labels: tuple[str, str, str]):
+    """Each line's mean against x with a ± std band on axes with ``labels`` (x, y, title);
+    returns the figure, its axis and each drawn line's colour."""
     from matplotlib.ticker import MaxNLocator
 
     fig, axis = _pyplot().subplots(figsize=(7, 4.5), constrained_layout=True)
-    axis.set(xlabel=x_label, ylabel=y_label)
+    axis.set(xlabel=labels[0], ylabel=labels[1])
     axis.grid(alpha=0.3)
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_title(title, fontsize=9)
-    return fig, axis
-
-
-def plot_lines(axis, points: pd.DataFrame, line_name: str, x_name: str, value_name: str,
-               label: Callable[[object], str]) -> dict:
-    """Each line's mean against x with a ± std band; returns each drawn line's colour."""
+    axis.set_title(labels[2], fontsize=9)
     mean, std = f"{value_name}_mean", f"{value_name}_std"
     colours = {}
     for line, group in points.groupby(line_name, sort=False, dropna=False):
@@ -234,7 +223,7 @@ def plot_lines(axis, points: pd.DataFrame, line_name: str, x_name: str, value_na
             axis.fill_between(x[spread], (group[mean] - group[std])[spread],
                               (group[mean] + group[std])[spread], color=colours[line],
                               alpha=0.15, linewidth=0)
-    return colours
+    return fig, axis, colours
 
 
 # ------------------------------------------------------------------------ S20 Fig. 6 (s20_cifar)
@@ -255,14 +244,6 @@ def choose_panel(runs: pd.DataFrame, wanted: Mapping) -> tuple[dict, pd.DataFram
         panel[key] = value
         runs = runs[runs[key] == value]
     return panel, runs, notes
-
-
-def recorded_ks(runs: pd.DataFrame) -> list[int]:
-    """Every k of a recorded test ``top{k}`` of the completed runs (1…30 if none)."""
-    done = runs[runs["status"] == "completed"]
-    ks = {int(m.group(1)) for name in runs.columns if (m := re.fullmatch(r"test\.top(\d+)", name))
-          and done[name].notna().any()}
-    return sorted(ks) or list(range(1, 31))
 
 
 def smallest_k_reaching(points: pd.DataFrame, target: float = 99.0) -> dict:
@@ -304,25 +285,15 @@ def s20_loss_table(points, panel: Mapping, reached: Mapping, labels: Mapping) ->
     return pd.DataFrame(rows)
 
 
-def draw_s20_cifar(points: pd.DataFrame, panel: Mapping, labels: Mapping):
-    fig, axis = line_axes(
-        "k", "top-k test accuracy (%)",
-        f"S20 Fig. 6: CIFAR-100, {panel['model']} + {panel['augment']}, selected by "
-        f"{panel['selection_metric']}; mean over seeds, band ± std")
-    plot_lines(axis, points, "loss", "k", "accuracy", lambda loss: labels.get(loss, loss))
-    axis.axhline(99.0, color="grey", linestyle="--", linewidth=1)
-    axis.text(0.98, 0.03, "S20: 99 % at k = 25 (top-5 transition), k = 33 (CE)",
-              transform=axis.transAxes, ha="right", va="bottom", fontsize=8, color="grey")
-    axis.legend(loc="center right")
-    return fig
-
-
 def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
               selection: str = "val/top5"):
     """S20 Fig. 6 for one panel; its CSV has one row per (loss, k) and ``smallest_k_99``."""
     panel, runs, notes = choose_panel(
         sweep.runs, {"model": model, "augment": augment, "selection_metric": selection})
-    ks = recorded_ks(runs)
+    done = runs[runs["status"] == "completed"]  # k of every test top-k recorded (else 1…30)
+    ks = sorted(int(m.group(1)) for name in runs.columns
+                if (m := re.fullmatch(r"test\.top(\d+)", name)) and done[name].notna().any())
+    ks = ks or list(range(1, 31))
     entries = [observation(status, seed, runs.at[i, f"test.top{k}"] if f"test.top{k}" in runs
                            else None, line=loss, x=k)
                for i, status, seed, loss in zip(runs.index, runs["status"], runs["seed"],
@@ -343,21 +314,21 @@ def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
          s20_loss_table(points, panel, reached, labels)),
         ("Mean test top-k accuracy (%) per k (best: within 0.05 points of the best mean):",
          accuracy_by_k(points, labels))]
-    document = Document("S20 Fig. 6: CIFAR-100 test top-k accuracy against k", paragraphs, sections)
-    return draw_s20_cifar(points, panel, labels), points, document
+    text = FigureText("s20_cifar", "S20 Fig. 6: CIFAR-100 test top-k accuracy against k",
+                      paragraphs, sections, points)
+    fig, axis, _ = line_figure(
+        points, "loss", "k", "accuracy", lambda loss: labels.get(loss, loss),
+        ("k", "top-k test accuracy (%)", f"S20 Fig. 6: CIFAR-100, {panel['model']} + "
+         f"{panel['augment']}, selected by {panel['selection_metric']}; mean over seeds, "
+         "band ± std"))
+    axis.axhline(99.0, color="grey", linestyle="--", linewidth=1)
+    axis.text(0.98, 0.03, "S20: 99 % at k = 25 (top-5 transition), k = 33 (CE)",
+              transform=axis.transAxes, ha="right", va="bottom", fontsize=8, color="grey")
+    axis.legend(loc="center right")
+    return fig, text
 
 
 # ------------------------------------------------------------------------ G22 Fig. 3 (g22_time)
-
-
-def g22_paper_points() -> pd.DataFrame:
-    """G22 Fig. 3's epoch times as ratios to its CE epoch time (65 s at K = 5)."""
-    published = paper_results.load("g22_fig3_epoch_time")
-    points = pd.concat([published[published["loss"] == "ce"].assign(ratio_to_ce=1.0),
-                        tables.g22_time_paper(published)], ignore_index=True)
-    return pd.DataFrame({"source": "paper", "line": points["loss"], "k": points["k"].astype(int),
-                         "ratio_to_ce_mean": points["ratio_to_ce"],
-                         "paper_epoch_seconds": points["epoch_seconds"]})
 
 
 def g22_time_table(ours: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
@@ -375,23 +346,9 @@ def g22_time_table(ours: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         "G22 seconds": [fmt(value, 0) for value in merged["paper_epoch_seconds"]]})
 
 
-def draw_g22_time(ours: pd.DataFrame, paper: pd.DataFrame):
-    fig, axis = line_axes("K", "epoch time / mean CE epoch time",
-                          "G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy "
-                          "(lines: ours, mean ± std; stars: G22)")
-    colours = plot_lines(axis, ours, "line", "k", "ratio_to_ce", str)
-    for index, (line, group) in enumerate(paper.groupby("line", sort=False)):
-        axis.scatter(group["k"], group["ratio_to_ce_mean"], marker="*", s=160, zorder=3,
-                     color=colours.get(line, f"C{len(colours) + index}"), edgecolors="black",
-                     linewidths=0.6, label=f"G22 Fig. 3: {line}")
-    axis.axhline(1.0, color="grey", linestyle=":", linewidth=1)
-    axis.legend(fontsize=8)
-    return fig
-
-
 def g22_time(sweep: Sweep):
-    """G22 Fig. 3: each run's epoch time over the sweep's mean CE epoch time, against K; the CSV
-    has our points (``source`` = "ours") then G22's (``source`` = "paper")."""
+    """G22 Fig. 3: each run's epoch time over the sweep's mean CE epoch time, against K, beside
+    G22's times over its 65 s CE epoch; the CSV has our points then G22's (``source``)."""
     runs = sweep.runs
     entries = [observation(status, seed, ratio, line=line, x=k) for status, seed, ratio, line, k
                in zip(runs["status"], runs["seed"], tables.g22_ratio(runs), tables.g22_line(runs),
@@ -399,46 +356,55 @@ def g22_time(sweep: Sweep):
     ours = summarise_points(entries, sweep.seeds, "line", "k", "ratio_to_ce", G22_LINES_FIRST,
                             unit="runs")
     ours.insert(0, "source", "ours")
-    paper = g22_paper_points()
+    published = paper_results.load("g22_fig3_epoch_time")
+    published = pd.concat([published[published["loss"] == "ce"].assign(ratio_to_ce=1.0),
+                           tables.g22_time_paper(published)], ignore_index=True)
+    paper = pd.DataFrame({"source": "paper", "line": published["loss"],
+                          "k": published["k"].astype(int),
+                          "ratio_to_ce_mean": published["ratio_to_ce"],
+                          "paper_epoch_seconds": published["epoch_seconds"]})
     paragraphs = [sweep.header(), *tables.g22_time_notes(runs),
                   "ours: mean ± std (ddof=1) of the ratio over the runs at that K (CE and smooth "
                   f"SVM are timed once per B, as repeats). {COUNTS_LEGEND}", CLAIMS["g22_time"]]
-    document = Document("G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy",
-                        paragraphs, [("Epoch time / CE epoch time:", g22_time_table(ours, paper))])
-    return draw_g22_time(ours, paper), pd.concat([ours, paper], ignore_index=True), document
+    sections = [("Epoch time / CE epoch time:", g22_time_table(ours, paper))]
+    text = FigureText("g22_time", "G22 Fig. 3: time per epoch against K, as a ratio to "
+                      "cross-entropy", paragraphs, sections,
+                      pd.concat([ours, paper], ignore_index=True))
+    fig, axis, colours = line_figure(
+        ours, "line", "k", "ratio_to_ce", str,
+        ("K", "epoch time / mean CE epoch time", "G22 Fig. 3: time per epoch against K, as a "
+         "ratio to cross-entropy (lines: ours, mean ± std; stars: G22)"))
+    for index, (line, group) in enumerate(paper.groupby("line", sort=False)):
+        axis.scatter(group["k"], group["ratio_to_ce_mean"], marker="*", s=160, zorder=3,
+                     color=colours.get(line, f"C{len(colours) + index}"), edgecolors="black",
+                     linewidths=0.6, label=f"G22 Fig. 3: {line}")
+    axis.axhline(1.0, color="grey", linestyle=":", linewidth=1)
+    axis.legend(fontsize=8)
+    return fig, text
 
 
 # ------------------------------------------------------------------------ B18 Fig. 2a (b18_tau)
 
 
-def training_top5_error(run_dir) -> pd.DataFrame | None:
-    """100 − ``train/top5`` per logged epoch of the run's ``history.csv`` (``None``: none)."""
-    history = read_history(run_dir)
-    if history is None or not {"epoch", "train/top5"} <= set(history.columns):
-        return None
-    accuracy = pd.to_numeric(history["train/top5"], errors="coerce")
-    logged = accuracy.notna()
-    return pd.DataFrame({"epoch": history["epoch"][logged].astype(int).to_numpy(),
-                         "train_top5_error": 100.0 - accuracy[logged].to_numpy()})
-
-
 def b18_tau_observations(runs: pd.DataFrame) -> tuple[list[dict], list[dict]]:
-    """Per-epoch and last-epoch observations of the smooth SVM / hinge runs, by τ (hinge: 0);
-    a run that did not complete or logged nothing gives one observation without x."""
+    """Per-epoch and last-epoch top-5 training error (100 − ``train/top5`` where ``history.csv``
+    logged it) of the smooth SVM / hinge runs by τ; a run without any gives one, without x."""
     per_epoch, last = [], []
     taus = [number(tau) for tau in tables.b18_tau(runs)]
     for tau, loss, status, seed, run_dir in zip(taus, runs["loss"], runs["status"], runs["seed"],
                                                 runs["run_dir"]):
         if loss not in ("smooth_svm", "hinge"):
             continue
-        errors = training_top5_error(run_dir) if status == "completed" else None
-        if errors is None or errors.empty:
-            per_epoch.append(observation(status, seed, None, line=tau, x=None))
-            last.append(observation(status, seed, None, line=tau, x=None))
-            continue
+        history = read_history(run_dir) if status == "completed" else None
+        errors = []
+        if history is not None and {"epoch", "train/top5"} <= set(history.columns):
+            accuracy = pd.to_numeric(history["train/top5"], errors="coerce")
+            logged = accuracy.notna()
+            errors = list(zip(history["epoch"][logged].astype(int).to_numpy(),
+                              100.0 - accuracy[logged].to_numpy()))
         per_epoch += [observation(status, seed, error, line=tau, x=epoch)
-                      for epoch, error in zip(errors["epoch"], errors["train_top5_error"])]
-        last.append(observation(status, seed, errors["train_top5_error"].iloc[-1], line=tau, x=None))
+                      for epoch, error in errors or [(None, None)]]
+        last.append(observation(status, seed, errors[-1][1] if errors else None, line=tau, x=None))
     return per_epoch, last
 
 
@@ -465,19 +431,6 @@ def b18_final_table(points: pd.DataFrame, final: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def draw_b18_tau(points: pd.DataFrame):
-    fig, axis = line_axes("epoch", "top-5 training error (%)",
-                          "B18 Fig. 2a: smooth top-5 SVM, top-5 training error per temperature τ "
-                          "(mean over seeds)")
-    plot_lines(axis, points, "tau", "epoch", "train_top5_error",
-               lambda tau: f"τ = {'–' if number(tau) is None else f'{tau:g}'}")
-    axis.axhline(95.0, color="grey", linestyle="--", linewidth=1,
-                 label="random predictions (95 %)")  # top-5 of 100 classes at random
-    axis.set_ylim(0, 100)
-    axis.legend(fontsize=8)
-    return fig
-
-
 def b18_tau(sweep: Sweep):
     """B18 Fig. 2a; the CSV has one row per (τ, epoch), the markdown the last epoch beside
     B18 Table 6's training accuracy."""
@@ -489,11 +442,21 @@ def b18_tau(sweep: Sweep):
         "`history.csv` on the epochs where it was logged; mean ± std (ddof=1) over completed "
         "seeds. τ = 0 is the non-smooth top-5 SVM (`loss=hinge` or `loss.tau=0`). "
         f"{COUNTS_LEGEND}", CLAIMS["b18_tau"]]
-    document = Document(
-        "B18 Fig. 2a: top-5 training error per temperature τ", paragraphs,
-        [("Last logged epoch, ours beside B18 Table 6 "
-          "(`topk/paper_results/b18_table6_temperature.csv`):", b18_final_table(points, final))])
-    return draw_b18_tau(points), points, document
+    sections = [("Last logged epoch, ours beside B18 Table 6 "
+                 "(`topk/paper_results/b18_table6_temperature.csv`):",
+                 b18_final_table(points, final))]
+    text = FigureText("b18_tau", "B18 Fig. 2a: top-5 training error per temperature τ",
+                      paragraphs, sections, points)
+    fig, axis, _ = line_figure(
+        points, "tau", "epoch", "train_top5_error",
+        lambda tau: f"τ = {'–' if number(tau) is None else f'{tau:g}'}",
+        ("epoch", "top-5 training error (%)", "B18 Fig. 2a: smooth top-5 SVM, top-5 training "
+         "error per temperature τ (mean over seeds)"))
+    axis.axhline(95.0, color="grey", linestyle="--", linewidth=1,
+                 label="random predictions (95 %)")  # top-5 of 100 classes at random
+    axis.set_ylim(0, 100)
+    axis.legend(fontsize=8)
+    return fig, text
 
 
 # ------------------------------------------------------------------------ entry
@@ -504,7 +467,7 @@ FIGURE_IDS = tuple(FIGURES)
 
 
 def build_figure(figure_id: str, sweep_dir: Path, **panel):
-    """``(matplotlib figure, its data frame, its Document)`` of one figure of ``sweep_dir``."""
+    """``(matplotlib figure, its FigureText)`` of one figure of ``sweep_dir``."""
     if figure_id not in FIGURES:
         raise ValueError(f"unknown figure {figure_id!r}; choose one of {', '.join(FIGURES)}")
     if panel and figure_id != "s20_cifar":
@@ -514,20 +477,20 @@ def build_figure(figure_id: str, sweep_dir: Path, **panel):
 
 def write_figure(figure_id: str, built: tuple, out_dir: Path) -> dict[str, Path]:
     """Write :func:`build_figure`'s result as ``<out_dir>/<figure_id>.{png,csv,md}``."""
-    figure, data, document = built
+    figure, text = built
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {kind: out_dir / f"{figure_id}.{kind}" for kind in ("png", "csv", "md")}
     figure.savefig(files["png"], dpi=110)
     _pyplot().close(figure)
-    data.to_csv(files["csv"], index=False)
-    files["md"].write_text(document.markdown())
+    text.tidy.to_csv(files["csv"], index=False)
+    files["md"].write_text(text.markdown())
     return files
 
 
 def make_figure(figure_id: str, sweep_dir: Path, out_dir: Path, **panel) -> dict[str, Path]:
-    """Draw one figure from ``sweep_dir`` into ``<out_dir>/<figure_id>.{png,csv,md}``;
-    ``panel`` (``model``, ``augment``, ``selection``) chooses a panel of ``s20_cifar``."""
+    """:func:`build_figure` then :func:`write_figure`; ``panel`` (``model``, ``augment``,
+    ``selection``) chooses a panel of ``s20_cifar``."""
     return write_figure(figure_id, build_figure(figure_id, sweep_dir, **panel), out_dir)
 
 

@@ -25,7 +25,7 @@ import pandas as pd
 import topk
 from topk.records import latest_sweep_dir
 from topk.report.figures import FIGURES, build_figure, write_figure
-from topk.report.render import html_table
+from topk.report.render import Table
 from topk.report.runs import Sweep, display_path, load_sweep
 from topk.report.tables import TABLE_IDS, make_table
 from topk.report.template import PAGE
@@ -46,7 +46,7 @@ SMOKE_BENCH = ("Smoke scale (`make smoke`): the quick loss benchmark (n = 1000 o
                "timings); `make bench-losses` runs the full one.")
 
 
-def text(line: str) -> str:
+def inline(line: str) -> str:
     """Escaped text with markdown's `code` spans as <code>."""
     return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
 
@@ -92,18 +92,27 @@ def find_source(item: Item, outputs: Path, smoke: Path) -> None:
             return
 
 
+def html_table(frame: pd.DataFrame, index: bool = True, floatfmt: str | None = None) -> str:
+    """``frame`` as an HTML table; a one-level index's name goes in the header's last row."""
+    if index and frame.index.nlevels == 1 and frame.index.name:
+        frame = frame.rename_axis(None).rename_axis(
+            columns=[None] * (frame.columns.nlevels - 1) + [frame.index.name])
+    return frame.to_html(index=index, border=0, na_rep="", escape=True,
+                         float_format=(lambda value: format(value, floatfmt)) if floatfmt else None)
+
+
 def link(path: Path, label: str, page_dir: Path) -> str:
     return f'<a href="{html.escape(os.path.relpath(path, page_dir))}">{html.escape(label)}</a>'
 
 
-def sections_html(paragraphs, sections, index: bool, floatfmt=None) -> list[str]:
+def sections_html(text: Table) -> list[str]:
     """Paragraphs (the sweep's header line is shown once, above) and captioned tables."""
-    parts = [f"<p>{text(line)}</p>" for line in paragraphs if not line.startswith("Sweep `")]
-    for caption, frame in sections:
-        table = f'<div class="scroll">{html_table(frame, index, floatfmt)}</div>'
+    parts = [f"<p>{inline(line)}</p>" for line in text.preamble if not line.startswith("Sweep `")]
+    for caption, frame in text.sections:
+        table = f'<div class="scroll">{html_table(frame, text.index, text.floatfmt)}</div>'
         if len(frame) > 15:  # long tables fold away
             table = f"<details><summary>{len(frame)} rows</summary>{table}</details>"
-        parts += [f"<h4>{text(caption)}</h4>" if caption else "", table]
+        parts += [f"<h4>{inline(caption)}</h4>" if caption else "", table]
     return parts
 
 
@@ -116,16 +125,15 @@ def build_outputs(item: Item, page_dir: Path) -> None:
                                   bench_file=bench_file)
         formats = " · ".join(link(path, kind, page_dir) for kind, path in files.items())
         item.parts += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="meta">{formats}</p>',
-                       *sections_html(table.preamble, table.sections, index=True)]
+                       *sections_html(table)]
     if item.id in FIGURES:
         built = build_figure(item.id, sweep_dir)
-        files, document = write_figure(item.id, built, page_dir / "figures"), built[2]
+        files, text = write_figure(item.id, built, page_dir / "figures"), built[1]
         formats = " · ".join(link(path, kind, page_dir) for kind, path in files.items())
-        item.parts += [f"<h3>{html.escape(document.title)}</h3>",
+        item.parts += [f"<h3>{html.escape(text.title)}</h3>",
                        f'<img src="{html.escape(os.path.relpath(files["png"], page_dir))}" '
-                       f'alt="{html.escape(document.title)}">', f'<p class="meta">{formats}</p>',
-                       *sections_html(document.paragraphs, document.sections, False,
-                                      document.floatfmt)]
+                       f'alt="{html.escape(text.title)}">', f'<p class="meta">{formats}</p>',
+                       *sections_html(text)]
 
 
 def counts_html(item: Item, page_dir: Path) -> str:
@@ -157,7 +165,7 @@ def item_html(item: Item, page_dir: Path) -> str:
     if item.status == "none":
         return head + "".join(body)
     note = SMOKE if item.sweep is not None else SMOKE_BENCH
-    body += [f"<p><em>{text(note)}</em></p>"] if item.smoke else []
+    body += [f"<p><em>{inline(note)}</em></p>"] if item.smoke else []
     body += [counts_html(item, page_dir), *item.parts]
     body += [f'<p class="error">Could not build: {html.escape(e)}</p>' for e in item.errors]
     return head + "\n".join(body)

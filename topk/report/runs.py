@@ -1,9 +1,6 @@
-"""A sweep's run records read once into a pandas frame, with its run counts.
-
-One row per readable ``results.json`` below the sweep (any status), columns the record's keys
-flattened (``params.loss.k``, ``test.top5``, ``versions.torch``) plus ``run_dir``; missing
-values are ``None``. A corrupt record is counted in ``unreadable``, never fatal. Expected runs
-come from the sweep's ``multirun.yaml``, read with YAML (no Hydra).
+"""A sweep's run records read once into a pandas frame, with its run counts: one row per
+readable ``results.json`` (keys flattened: ``params.loss.k``, ``test.top5``), missing values
+``None``; expected runs from the sweep's ``multirun.yaml``, read with YAML (no Hydra).
 """
 
 from __future__ import annotations
@@ -18,9 +15,8 @@ import pandas as pd
 import yaml
 
 from topk.errors import ConfigError
-from topk.records import flatten
+from topk.records import STATUSES, flatten
 
-STATUSES = ("completed", "failed", "interrupted", "running")
 UNFINISHED = STATUSES[1:]
 BASE_COLUMNS = ("status", "experiment", "loss", "model", "augment", "seed", "selection_metric",
                 "best_epoch", "epoch_seconds", "run_dir")
@@ -28,11 +24,11 @@ BASE_COLUMNS = ("status", "experiment", "loss", "model", "augment", "seed", "sel
 
 def number(value) -> float | None:
     """A float; ``None`` for missing, non-numeric, boolean or NaN values."""
-    if value is None or isinstance(value, bool):
+    if isinstance(value, bool):
         return None
     try:
         value = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # None, text
         return None
     return None if math.isnan(value) else value
 
@@ -45,47 +41,15 @@ def display_path(path) -> str:
         return str(path)
 
 
-def column(runs: pd.DataFrame, name: str, default=None) -> pd.Series:
-    """``runs[name]`` with ``default`` for missing values (all ``default`` if no run has it)."""
-    values = runs[name] if name in runs.columns else [None] * len(runs)
-    return objects((default if value is None else value for value in values), runs.index)
-
-
 def objects(values, index) -> pd.Series:
     """An object Series keeping ``None`` (``Series.map`` would turn it into NaN)."""
     return pd.Series(list(values), index=index, dtype=object)
 
 
-def read_runs(sweep_dir: Path) -> tuple[pd.DataFrame, list[str]]:
-    """Every ``results.json`` below ``sweep_dir`` as one frame row; the unreadable ones'
-    paths and errors apart."""
-    rows, unreadable = [], []
-    for path in sorted(Path(sweep_dir).rglob("results.json")):
-        try:
-            record = json.loads(path.read_text())
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as error:
-            unreadable.append(f"{path}: {error}")
-            continue
-        rows.append({**flatten(record), "run_dir": str(path.parent)})
-    frame = pd.DataFrame(rows, dtype=object)
-    frame = frame.reindex(columns=[*BASE_COLUMNS, *frame.columns.difference(BASE_COLUMNS)])
-    return frame.astype(object).where(frame.notna(), None), unreadable
-
-
-def _items(text: str) -> int:
-    """The number of comma-separated items of ``text`` outside brackets and quotes."""
-    depth, quote, items = 0, None, 1
-    for char in text:
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        else:
-            depth += (char in "([{") - (char in ")]}")
-            items += char == "," and depth == 0
-    return items
+def column(runs: pd.DataFrame, name: str, default=None) -> pd.Series:
+    """``runs[name]`` with ``default`` for missing values (all ``default`` if no run has it)."""
+    values = runs[name] if name in runs.columns else [None] * len(runs)
+    return objects((default if value is None else value for value in values), runs.index)
 
 
 def sweep_size(value) -> int | None:
@@ -102,7 +66,16 @@ def sweep_size(value) -> int | None:
         args = [float(arg) for arg in call.group(2).split(",")]
         start, stop, step = (0.0, args[0], 1.0) if len(args) == 1 else (*args, 1.0)[:3]
         return max(0, math.ceil((stop - start) / step))
-    return _items(text)
+    depth, quote, items = 0, None, 1  # comma-separated items outside brackets and quotes
+    for char in text:
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        else:
+            depth += (char in "([{") - (char in ")]}")
+            items += char == "," and depth == 0
+    return items
 
 
 def expected_runs(sweep_dir: Path) -> tuple[int | None, int | None]:
@@ -156,30 +129,49 @@ class Sweep:
 
 
 def load_sweep(sweep_dir: Path) -> Sweep:
-    """Read ``sweep_dir`` (a missing one reads as empty); never raises."""
-    runs, unreadable = read_runs(sweep_dir)
+    """Every ``results.json`` below ``sweep_dir`` as one row (a missing sweep reads as empty);
+    a corrupt record is counted in ``unreadable``, never fatal."""
+    rows, unreadable = [], []
+    for path in sorted(Path(sweep_dir).rglob("results.json")):
+        try:
+            record = json.loads(path.read_text())
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as error:
+            unreadable.append(f"{path}: {error}")
+            continue
+        rows.append({**flatten(record), "run_dir": str(path.parent)})
+    runs = pd.DataFrame(rows, dtype=object)
+    runs = runs.reindex(columns=[*BASE_COLUMNS, *runs.columns.difference(BASE_COLUMNS)])
+    runs = runs.astype(object).where(runs.notna(), None)
     return Sweep(Path(sweep_dir), runs, tuple(unreadable), *expected_runs(sweep_dir))
 
 
-def _experiments_text(names: set) -> str:
-    named = sorted(name for name in names if name is not None)
-    parts = [f"experiment{'s' if len(named) > 1 else ''} {', '.join(named)}"] if named else []
-    if None in names:
-        parts.append("no experiment (`experiment: null` in their results.json, a sweep run "
-                     "without +experiment)")
-    return " and of ".join(parts)
-
-
-def check_experiment(runs: pd.DataFrame, experiment: str, sweep_dir: Path) -> None:
-    """Refuse (:class:`ConfigError`, one sentence) a sweep holding runs of another experiment or
-    of none, alone or mixed with the experiment's own: their numbers belong to another setting."""
+def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
+    """:func:`load_sweep` for a table or figure of ``experiment``, refusing in one sentence a
+    missing sweep, one without a readable record, and one holding runs of another experiment or
+    of none, alone or mixed with the experiment's own (their numbers belong elsewhere)."""
+    command = f"`python train.py -m +experiment={experiment}`"
+    if not Path(sweep_dir).is_dir():
+        raise FileNotFoundError(f"no sweep directory {sweep_dir}; run {command} first.")
+    sweep = load_sweep(sweep_dir)
+    if sweep.runs.empty:
+        broken = f" ({len(sweep.unreadable)} unreadable)" if sweep.unreadable else ""
+        raise FileNotFoundError(f"no run record (results.json) under {sweep_dir}{broken}; run "
+                                f"{command} first.")
+    runs = sweep.runs
     names = objects((None if name is None else str(name) for name in runs["experiment"]),
                     runs.index)
     strangers = runs[names != experiment]
     if strangers.empty:
-        return
-    found = _experiments_text(set(names[strangers.index]))
-    command = f"`python train.py -m +experiment={experiment}`"
+        return sweep
+    others = set(names[strangers.index])
+    named = sorted(name for name in others if name is not None)
+    found = [f"experiment{'s' if len(named) > 1 else ''} {', '.join(named)}"] if named else []
+    if None in others:
+        found.append("no experiment (`experiment: null` in their results.json, a sweep run "
+                     "without +experiment)")
+    found = " and of ".join(found)
     if len(strangers) < len(runs):
         raise ConfigError(
             f"{display_path(sweep_dir)} mixes {len(runs) - len(strangers)} run(s) of {experiment} "
@@ -188,20 +180,6 @@ def check_experiment(runs: pd.DataFrame, experiment: str, sweep_dir: Path) -> No
             f"point --sweep-dir at a sweep of {command} alone.")
     raise ConfigError(f"{display_path(sweep_dir)} holds runs of {found}, not {experiment}; "
                       f"point --sweep-dir at a sweep of {command}.")
-
-
-def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
-    """:func:`load_sweep` for a table or figure of ``experiment``: a missing sweep, one without
-    any readable record, or one of another experiment is refused in one sentence."""
-    command = f"run `python train.py -m +experiment={experiment}` first."
-    if not Path(sweep_dir).is_dir():
-        raise FileNotFoundError(f"no sweep directory {sweep_dir}; {command}")
-    sweep = load_sweep(sweep_dir)
-    if sweep.runs.empty:
-        broken = f" ({len(sweep.unreadable)} unreadable)" if sweep.unreadable else ""
-        raise FileNotFoundError(f"no run record (results.json) under {sweep_dir}{broken}; {command}")
-    check_experiment(sweep.runs, experiment, sweep_dir)
-    return sweep
 
 
 def read_history(run_dir) -> pd.DataFrame | None:

@@ -1,13 +1,11 @@
-"""Paper tables: each a :class:`TableSpec` declared on a sweep's runs frame, beside its CSV.
-
-A key or metric source is a column of the runs frame (:mod:`topk.report.runs`) or a function
-``runs -> Series``. Each cell aggregates completed seeds (mean, std with ddof=1, seed count);
-failed, interrupted, running and missing runs are counted apart, never averaged in. Tables are
-written as ``<id>.md``, ``<id>.csv`` (tidy: one row per cell and metric) and ``<id>.tex``.
+"""Paper tables: each a :class:`TableSpec` of sources on a sweep's runs frame (a column name or
+``runs -> Series``), beside its published CSV. A cell averages completed seeds (mean, std with
+ddof=1); failed, interrupted, running and missing runs are counted apart, never averaged in.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -24,20 +22,20 @@ from topk.report.cells import (
     fmt,
     mean_text,
     normalise_key,
-    number,
     observation,
     ordered,
     summarise_cell,
+    summarise_groups,
 )
 from topk.report.render import Table, write_table
-from topk.report.runs import Sweep, column, objects, read_history, read_sweep
+from topk.report.runs import Sweep, column, number, objects, read_history, read_sweep
 
 FIELDS = ("ours", "paper", "ours − paper")
+CELL_LEGEND = (
+    "Each cell: ours = mean ± std (ddof=1) over completed seeds (completed/expected seeds; failed, "
+    "interrupted, still-running, value-less and missing runs are counted and left out of the "
+    "mean); paper = the published mean (± its std); ours − paper in {unit}.")
 Source = str | Callable[[pd.DataFrame], pd.Series]
-
-
-def series(source: Source, runs: pd.DataFrame) -> pd.Series:
-    return column(runs, source) if isinstance(source, str) else source(runs)
 
 
 def run_k(runs: pd.DataFrame) -> pd.Series:
@@ -116,22 +114,18 @@ def g22_time_paper(paper: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
-def s20_selection(runs: pd.DataFrame, metric: str) -> str | None:
-    """S20 selects by val top-1 for its top-1 column and by val top-5 for its top-5 column; a
-    sweep lacking that selection falls back to what it has (``None``: every run)."""
-    return f"val/{metric}" if (runs["selection_metric"] == f"val/{metric}").any() else None
-
-
 def s20_uses(runs: pd.DataFrame, metric: str) -> pd.Series:
-    wanted = s20_selection(runs, metric)
-    return runs["selection_metric"] == wanted if wanted else pd.Series(True, index=runs.index)
+    """S20 selects by val top-1 for its top-1 column and by val top-5 for its top-5 column; a
+    sweep lacking that selection falls back to every run."""
+    selected = runs["selection_metric"] == f"val/{metric}"
+    return selected if selected.any() else pd.Series(True, index=runs.index)
 
 
 def s20_notes(runs: pd.DataFrame) -> list[str]:
     have = " and ".join(sorted(set(runs["selection_metric"]) - {None})) or "nothing"
-    return [f"{metric}: models selected by {s20_selection(runs, metric) or have} ("
-            + ("as S20" if s20_selection(runs, metric) else
-               f"no run selected by val/{metric} in this sweep") + ")."
+    return [f"{metric}: models selected by val/{metric} (as S20)."
+            if (runs["selection_metric"] == f"val/{metric}").any() else
+            f"{metric}: models selected by {have} (no run selected by val/{metric} in this sweep)."
             for metric in ("top1", "top5")]
 
 
@@ -163,6 +157,11 @@ class TableSpec:
     @property
     def column_names(self) -> tuple[str, ...]:
         return tuple(self.columns)
+
+    def keys(self, values: Mapping) -> tuple[tuple, tuple]:
+        """The normalised row and column keys of a run or a published line."""
+        return (tuple(normalise_key(values[name]) for name in self.row_names),
+                tuple(normalise_key(values[name]) for name in self.column_names))
 
 
 NOISE, TEST15 = {"noise": lambda r: column(r, "params.dataset.noise", 0.0)}, ("top1", "top5")
@@ -211,16 +210,18 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
 
 def observations(spec: TableSpec, runs: pd.DataFrame) -> list[dict]:
     """One entry per (run, metric) the run counts for: its cell, status, seed and value."""
-    keys = {name: series(source, runs) for name, source in {**spec.rows, **spec.columns}.items()}
-    values = {metric: series(source, runs) for metric, source in spec.metrics.items()}
+    def series(source: Source) -> pd.Series:
+        return column(runs, source) if isinstance(source, str) else source(runs)
+
+    keys = {name: series(source) for name, source in {**spec.rows, **spec.columns}.items()}
+    values = {metric: series(source) for metric, source in spec.metrics.items()}
     uses = {m: spec.uses(runs, m) if spec.uses else None for m in spec.metrics}
     included = spec.include(runs) if spec.include else pd.Series(True, index=runs.index)
     entries = []
     for i in runs.index[included.to_numpy(dtype=bool)]:
-        row = tuple(normalise_key(keys[name][i]) for name in spec.row_names)
-        col = tuple(normalise_key(keys[name][i]) for name in spec.column_names)
+        row, col = spec.keys({name: values[i] for name, values in keys.items()})
         entries += [observation(runs.at[i, "status"], runs.at[i, "seed"], values[m][i],
-                                row=row, column=col, metric=m)
+                                  row=row, column=col, metric=m)
                     for m in spec.metrics if uses[m] is None or uses[m][i]]
     return entries
 
@@ -232,8 +233,7 @@ def paper_cells(spec: TableSpec) -> pd.DataFrame:
     table = paper_results.load(spec.paper) if spec.paper else pd.DataFrame()
     table = spec.paper_transform(table) if spec.paper_transform and spec.paper else table
     for _, line in table.iterrows():
-        row = tuple(normalise_key(line[name]) for name in spec.row_names)
-        col = tuple(normalise_key(line[name]) for name in spec.column_names)
+        row, col = spec.keys(line)
         for metric, name in (spec.paper_columns or {m: m for m in spec.metrics}).items():
             if number(line.get(name)) is not None:
                 rows.append({"row": row, "column": col, "metric": metric, "paper": float(line[name]),
@@ -243,24 +243,20 @@ def paper_cells(spec: TableSpec) -> pd.DataFrame:
 
 def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     """One row per (row key, column key, metric) that the paper or a run has, in the paper's
-    order then ours: keys, :func:`summarise_cell`'s statistics, ``counts``, ``paper``,
-    ``paper_std`` and ``diff`` = ours − paper."""
+    order then ours: keys, statistics, ``counts``, ``paper``, ``paper_std``, ``diff``."""
     entries, paper = observations(spec, sweep.runs), paper_cells(spec)
-    published = {(r, c, m): (p, s) for r, c, m, p, s in paper.itertuples(index=False)}
+    published = {(r, col, m): (p, s) for r, col, m, p, s in paper.itertuples(index=False)}
+    ours = summarise_groups(entries, ("row", "column", "metric"), sweep.seeds)
     rows = ordered([e["row"] for e in entries], paper["row"])
     columns = ordered([e["column"] for e in entries], [*spec.column_order, *paper["column"]],
-                      sort_all=spec.sort_columns)
-    grouped = {}
-    for entry in entries:
-        grouped.setdefault((entry["row"], entry["column"], entry["metric"]), []).append(entry)
+                        sort_all=spec.sort_columns)
     out = []
-    for (row_rank, row), (column_rank, col) in ((r, c) for r in enumerate(rows)
-                                                 for c in enumerate(columns)):
+    for (row_rank, row), (column_rank, col) in itertools.product(enumerate(rows),
+                                                                 enumerate(columns)):
         for metric in spec.metrics:
-            mine = grouped.get((row, col, metric), [])
-            if not mine and (row, col, metric) not in published:
+            if (row, col, metric) not in ours and (row, col, metric) not in published:
                 continue
-            cell = summarise_cell(mine, sweep.seeds)
+            cell = ours.get((row, col, metric)) or summarise_cell([], sweep.seeds)
             value, std = published.get((row, col, metric), (math.nan, None))
             out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
                         "metric": metric, **cell, "counts": count_text(cell), "paper": value,
@@ -270,26 +266,24 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-def cell_texts(cell: Mapping) -> dict:
-    counts = count_text(cell)
-    ours = (f"{mean_text(cell['mean'], cell['std'])} ({counts})" if cell["n"]
-            else counts if counts == "no run" else f"– ({counts})")
-    return {"ours": ours, "paper": mean_text(cell["paper"], cell["paper_std"], missing=""),
-            "ours − paper": fmt(cell["diff"], sign=True, missing="")}
-
-
 def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFrame:
     """The paper's layout: rows are the row keys; columns (column key…, metric, field) for
     ours (mean ± std (seed counts)), paper and ours − paper; empty cells say "no run"."""
     metrics = list(metrics or spec.metrics)
     rows, columns = (sorted(dict(zip(cells[k], cells[f"{k}_rank"])).items(), key=lambda kv: kv[1])
                      for k in ("_row", "_column"))
-    lookup = {(r, c, m): cell_texts(cell) for r, c, m, cell in
-              zip(cells["_row"], cells["_column"], cells["metric"], cells.to_dict("records"))}
+    texts = {}
+    for cell in cells.to_dict("records"):
+        counts = count_text(cell)
+        ours = (f"{mean_text(cell['mean'], cell['std'])} ({counts})" if cell["n"]
+                else counts if counts == "no run" else f"– ({counts})")
+        texts[cell["_row"], cell["_column"], cell["metric"]] = {
+            "ours": ours, "paper": mean_text(cell["paper"], cell["paper_std"], missing=""),
+            "ours − paper": fmt(cell["diff"], sign=True, missing="")}
     header, data = [], []
-    for (col, _), metric, name in ((c, m, f) for c in columns for m in metrics for f in FIELDS):
+    for (col, _), metric, name in itertools.product(columns, metrics, FIELDS):
         header.append((*map(display, col), *((metric,) if len(metrics) > 1 else ()), name))
-        data.append([lookup.get((r, col, metric), {"ours": "no run"}).get(name, "")
+        data.append([texts.get((r, col, metric), {"ours": "no run"}).get(name, "")
                      for r, _ in rows])
     index = pd.MultiIndex.from_tuples([tuple(map(display, r)) for r, _ in rows],
                                       names=spec.row_names)
@@ -300,47 +294,31 @@ def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFra
     return frame
 
 
-def sections(spec: TableSpec, cells: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """``(caption, wide table)`` pairs: one per metric if the paper prints them apart."""
-    if cells.empty:
-        return []
-    if not spec.split_metrics:
-        return [("", wide_table(spec, cells))]
-    return [(metric, wide_table(spec, cells[cells["metric"] == metric], [metric]))
-            for metric in spec.metrics if (cells["metric"] == metric).any()]
-
-
-def cell_legend(unit: str) -> str:
-    return ("Each cell: ours = mean ± std (ddof=1) over completed seeds (completed/expected "
-            "seeds; failed, interrupted, still-running, value-less and missing runs are counted "
-            "and left out of the mean); paper = the published mean (± its std); ours − paper "
-            f"in {unit}.")
-
-
-def build_sweep_table(spec: TableSpec, sweep: Sweep) -> Table:
-    cells = cell_table(spec, sweep)
-    preamble = [sweep.header(), cell_legend(spec.unit)]
-    preamble += [f"Paper: `topk/paper_results/{spec.paper}.csv`."] if spec.paper else []
-    preamble += spec.notes(sweep.runs)
-    tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
-    return Table(spec.id, spec.title, preamble, sections(spec, cells), tidy)
-
-
 def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Path("outputs"),
                 bench_file: Path | None = None) -> Table:
-    """Build one table from ``sweep_dir`` (default: the newest ``<outputs>/sweeps/<id>/*``);
-    ``b18_speed`` from ``bench_file`` (default ``<outputs>/bench/losses.json``).
-
-    Raises FileNotFoundError (no sweep, run record or benchmark file; the message names the
-    command to run) or ConfigError (a sweep of another experiment, or of none)."""
+    """One table from ``sweep_dir`` (default: the newest ``<outputs>/sweeps/<id>/*``), ``b18_speed``
+    from ``bench_file`` (default ``<outputs>/bench/losses.json``); FileNotFoundError or
+    ConfigError name what to run or fix. Wide sections: one per metric if the paper splits them."""
     if table_id == "b18_speed":
         from topk.report.speed import speed_table
 
         return speed_table(bench_file or Path(outputs) / "bench" / "losses.json")
     if table_id not in TABLES:
         raise ValueError(f"unknown table {table_id!r}; choose one of {', '.join(TABLE_IDS)}")
-    sweep_dir = sweep_dir or latest_sweep_dir(outputs, table_id)
-    return build_sweep_table(TABLES[table_id], read_sweep(sweep_dir, table_id))
+    spec = TABLES[table_id]
+    sweep = read_sweep(sweep_dir or latest_sweep_dir(outputs, table_id), table_id)
+    cells = cell_table(spec, sweep)
+    if cells.empty:
+        sections = []
+    elif spec.split_metrics:
+        sections = [(metric, wide_table(spec, cells[cells["metric"] == metric], [metric]))
+                    for metric in spec.metrics if (cells["metric"] == metric).any()]
+    else:
+        sections = [("", wide_table(spec, cells))]
+    preamble = [sweep.header(), CELL_LEGEND.format(unit=spec.unit)]
+    preamble += [f"Paper: `topk/paper_results/{spec.paper}.csv`."] if spec.paper else []
+    tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
+    return Table(spec.id, spec.title, preamble + spec.notes(sweep.runs), sections, tidy)
 
 
 def make_table(table_id: str, out_dir: Path, **kwargs) -> tuple[Table, dict[str, Path]]:
