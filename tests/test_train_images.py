@@ -21,6 +21,8 @@ def test_cifar100_run_writes_record_and_trained_labels(tmp_path, tiny_cifar100, 
                  "trainer.epochs=1", "loss=smooth_svm", "dataset.noise=0.5"]
     if model == "densenet40_12":
         overrides.append("model.depth=7")  # one layer per block: keeps the test fast
+    else:
+        overrides += ["trainer.limit_batches=2", "trainer.batch_size=20", "trainer.eval_batch_size=20"]  # ResNet-18: 20 s a pass
     record, _ = run_in_process(run_dir, overrides)
     on_disk = read_results(run_dir / "results.json")
     validate_results(on_disk)
