@@ -3,6 +3,8 @@ brute-force oracles fed the same noise, G22's worked example, and Monte Carlo co
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -93,7 +95,7 @@ def test_perturbed_topk_on_candidate_columns_matches_brute_force():
     generator = torch.Generator().manual_seed(7)
     scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
     noise = torch.randn(5, 32, 10, generator=generator, dtype=torch.float64)
-    assert candidate_columns(scores, 3, 0.05).shape[1] <= 5
+    assert candidate_columns(scores, 3, 0.05)[0].shape[1] <= 5
     value, grad = value_and_grad(lambda s: perturbed_topk(s, 3, 0.05, 5, noise=noise).sum(), scores)
     expected_values, expected_grads = oracle_perturbed_topk(scores, 3, 0.05, noise)
     torch.testing.assert_close(value, expected_values.sum(), rtol=1e-9, atol=1e-12)
@@ -103,8 +105,18 @@ def test_perturbed_topk_on_candidate_columns_matches_brute_force():
 def test_candidate_columns_keep_every_column_within_the_noise_bound():
     # k-th largest is 5; with ε = 0.1 the window is 2·0.1·8 = 1.6: columns at ≥ 3.4 are kept.
     scores = torch.tensor([[9.0, 5.0, 3.5, 3.3, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0]])
-    assert sorted(candidate_columns(scores, 2, 0.1)[0].tolist()) == [0, 1, 2]
-    assert candidate_columns(scores, 2, 1.0).shape[1] == 10  # most columns: all are kept
+    columns, candidates = candidate_columns(scores, 2, 0.1)
+    assert columns.tolist() == [[0, 1, 2]] and candidates.tolist() == [[9.0, 5.0, 3.5]]
+    assert candidate_columns(scores, 2, 1.0)[0].shape[1] == 10  # most columns: all are kept
+
+
+def test_candidate_columns_pad_short_rows_with_minus_infinity():
+    # Window 2·0.02·8 = 0.32: row 0 has three candidates, row 1 one (k = 1), then padding.
+    scores = torch.tensor([[9.0, 8.9, 8.8, 0.0, -1.0, -2.0, -3.0, -4.0],
+                           [0.0, 7.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0]])
+    columns, candidates = candidate_columns(scores, 1, 0.02)
+    assert columns.tolist() == [[0, 1, 2], [1, 0, 0]]
+    assert candidates[1].tolist() == [7.0, -math.inf, -math.inf]
 
 
 def test_g22_worked_example():

@@ -148,7 +148,9 @@ def realistic_scores(batch=64, n=1000):
 
 # k = 20 (where log_esp multiplies in linear space) down to τ = 1e-3: at τ = 1e-4 its float32
 # log-coefficients reach about 1e6 (ulp 0.06), and a few near-tie gradients differ from float64
-# by up to 5e-5, with or without the linear-space levels.
+# by up to 5e-5, with or without the linear-space levels. At τ = 1e-3 (log-coefficients up to
+# about 1e5, ulp 0.008) one gradient of 64,000 differs by 1.3e-5 (9e-6 with the pairs of an
+# earlier pairing order): k = 20 gets an absolute tolerance of 2e-5.
 @pytest.mark.parametrize(
     "tau,k", [(tau, k) for tau in TAUS for k in (1, 5)] + [(tau, 20) for tau in TAUS if tau >= 1e-3]
 )
@@ -159,7 +161,7 @@ def test_float32_is_finite_and_agrees_with_float64(tau, k):
     value64, grad64 = value_and_grad(per_sample, scores.double(), labels)
     assert torch.isfinite(value32).all() and torch.isfinite(grad32).all()
     torch.testing.assert_close(value32.double(), value64, rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(grad32.double(), grad64, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(grad32.double(), grad64, rtol=1e-4, atol=2e-5 if k == 20 else 1e-5)
 
 
 @pytest.mark.parametrize("k", [1, 2, 3])

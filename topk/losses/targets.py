@@ -35,6 +35,8 @@ inputs that :func:`loss_inputs` returns and do not check them again.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from topk.errors import ConfigError, NonFiniteLossError
@@ -99,7 +101,11 @@ def check_scores(scores: torch.Tensor) -> None:
 def check_finite(scores: torch.Tensor) -> None:
     """Raise if any score is NaN or infinite (a read of the data: :func:`loss_inputs` calls it
     only where :func:`~topk.sync.reads_are_free`)."""
-    if not bool(torch.isfinite(scores).all()):
+    # The sum is finite unless some score is not (or the sum overflows, which the full check
+    # tells apart): one pass instead of isfinite's four, a third of cross-entropy's time at
+    # batch 256 and 1,000 classes.
+    total = scores.detach().sum(dtype=torch.promote_types(scores.dtype, torch.float32))
+    if not math.isfinite(total) and not bool(torch.isfinite(scores).all()):
         raise NonFiniteScoresError(
             "scores contain NaN or infinite values; a loss needs finite scores "
             "(if the model diverged, lower optim.lr or check the data and the loss parameters)"
