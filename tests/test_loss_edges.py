@@ -21,6 +21,7 @@ from topk.losses import (
     TopKGroupingLoss,
     TopKHingeLoss,
     TopKTransitionLoss,
+    TruncatedTopKEntropyLoss,
 )
 
 N_CLASSES = 5
@@ -38,6 +39,7 @@ LOSSES = {
     "smooth_svm_hard": lambda: SmoothTopKSVM(2, tau=0.0),
     "topk_group": lambda: TopKGroupingLoss(2),
     "topk_transition": lambda: TopKTransitionLoss(2),
+    "trunc_topk_entropy": lambda: TruncatedTopKEntropyLoss(2),
 }
 
 INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]

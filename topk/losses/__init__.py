@@ -16,6 +16,7 @@ empty batch). The config name of each loss (``conf/loss/<name>.yaml``) is given 
 from torch.nn import CrossEntropyLoss  # ce
 
 from topk.losses.base import TopKLoss
+from topk.losses.entropy import TruncatedTopKEntropyLoss  # trunc_topk_entropy
 from topk.losses.hinge import (  # hinge, cvx_hinge, cal_hinge
     CalibratedTopKHingeLoss,
     ConvexTopKHingeLoss,
@@ -36,5 +37,6 @@ from topk.losses.transition import (  # topk_group, topk_transition
 __all__ = [
     "CalibratedTopKHingeLoss", "ConvexTopKHingeLoss", "CrossEntropyLoss", "FocalLoss", "LDAMLoss",
     "NoisedImbalancedTopKHingeLoss", "NoisedTopKHingeLoss", "SmoothTopKSVM", "TopKGroupingLoss",
-    "TopKHingeLoss", "TopKLoss", "TopKTransitionLoss", "topk_membership",
+    "TopKHingeLoss", "TopKLoss", "TopKTransitionLoss", "TruncatedTopKEntropyLoss",
+    "topk_membership",
 ]
