@@ -46,6 +46,7 @@ from topk.engine import (
 from topk.errors import ConfigError, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep
 from topk.losses.targets import check_num_classes_for_k
+from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
 from topk.precision import channels_last
 from topk.records import versions, write_results
@@ -256,8 +257,10 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     splits = build(cfg.dataset, "dataset", seed=seed)
     if distributed.is_main:
         splits.record_run_facts(run_dir, record)
-    loss_fn = build(cfg.loss, "loss", **data_arguments(cfg.loss, splits))
+    loss_node, class_weights = without_class_weights(cfg.loss)
+    loss_fn = build(loss_node, "loss", **data_arguments(loss_node, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
+    loss_fn = weigh_classes(loss_fn, class_weights, splits.class_counts, splits.num_classes)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
     if trainer.selection_metric.startswith("val/") and splits.val is None:
         raise ConfigError(

@@ -192,7 +192,7 @@ def build_loss(run: dict) -> torch.nn.Module:
         extra["class_counts"] = [max(1, round(run["train_images"] * w / sum(weights))) for w in weights]
     if "num_classes" in parameters and run["loss"].get("num_classes") is None:
         extra["num_classes"] = run["classes"]
-    return instantiate(run["loss"], **extra)
+    return instantiate({key: value for key, value in run["loss"].items() if key != "class_weights"}, **extra)
 
 
 def time_repeats(step, budget: float, min_repeats: int, max_repeats: int) -> dict:

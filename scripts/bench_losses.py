@@ -48,6 +48,7 @@ from hydra.utils import get_class, instantiate
 from topk.functional.esp import log_esp, log_esp_summation
 from topk.losses.margin import margins_for
 from topk.losses.noised import noised_topk_hinge
+from topk.losses.weights import without_class_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -114,7 +115,7 @@ def forward_backward(loss_fn, scores, labels):
 
 def build_loss(name: str, k: int | None, num_classes: int):
     overrides = [f"loss={name}"] + ([f"loss.k={k}"] if k is not None else [])
-    cfg = compose("train", overrides=overrides).loss
+    cfg, _ = without_class_weights(compose("train", overrides=overrides).loss)
     extra = {}
     if "class_counts" in inspect.signature(get_class(cfg._target_)).parameters:
         extra["class_counts"] = class_counts(num_classes)

@@ -28,6 +28,7 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 
 from topk.data.transforms import Normalize
+from topk.losses.weights import without_class_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +45,7 @@ def build_setting(loss: str, model: str, device: torch.device):
     extra = {}
     if "class_counts" in inspect.signature(get_class(cfg.loss._target_)).parameters:
         extra["class_counts"] = splits.class_counts
-    loss_fn = instantiate(cfg.loss, **extra).to(device)
+    loss_fn = instantiate(without_class_weights(cfg.loss)[0], **extra).to(device)
     optimizer = instantiate(cfg.optim)(network.parameters())
     return network, loss_fn, optimizer, splits
 

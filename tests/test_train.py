@@ -170,6 +170,12 @@ def test_nan_loss_fails_the_run_with_a_record(run_dir):
     assert record["status"] == "failed" and "lower optim.lr" in record["error"]
 
 
+def test_class_weights_train_and_are_recorded(run_dir):
+    run_in_process(run_dir, ["loss=smooth_svm", "loss.class_weights=balanced"])
+    on_disk = read_record(run_dir)
+    assert on_disk["status"] == "completed" and on_disk["params"]["loss.class_weights"] == "balanced"
+
+
 @pytest.mark.parametrize(
     "overrides,message",
     [
@@ -181,6 +187,7 @@ def test_nan_loss_fails_the_run_with_a_record(run_dir):
         (["trainer.selection_metric=test/top1"], "would choose the model on the test split"),
         (["model=mlp", "model.hidden=0"], "model.hidden must be a positive width"),
         (["augment=cutout"], "crops, flips or cuts out images"),
+        (["loss.class_weights=[1,2]"], "loss.class_weights must hold 6 finite non-negative weights"),
     ],
 )
 def test_bad_input_stops_before_training(run_dir, overrides, message):

@@ -58,4 +58,4 @@ class TruncatedTopKEntropyLoss(TopKLoss):
         per_sample = expected_over_targets(
             lambda s, y: truncated_topk_entropy(s, y, self.k), scores, target
         )
-        return per_sample.mean()
+        return self.reduce(per_sample)

@@ -67,7 +67,7 @@ class _HingeLoss(TopKLoss):
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
         check_k(self.k, scores.shape[1])
-        return expected_over_targets(self.per_label_loss, scores, target).mean()
+        return self.reduce(expected_over_targets(self.per_label_loss, scores, target))
 
 
 class TopKHingeLoss(_HingeLoss):

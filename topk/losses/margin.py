@@ -11,9 +11,9 @@ from functools import partial
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from topk.errors import ConfigError
+from topk.losses.base import Loss
 from topk.losses.targets import expected_over_targets, loss_inputs
 
 
@@ -73,7 +73,7 @@ def ldam_loss(scores: torch.Tensor, labels: torch.Tensor, margins: torch.Tensor,
     return F.cross_entropy(scale * shifted, labels, reduction="none")
 
 
-class FocalLoss(nn.Module):
+class FocalLoss(Loss):
     r"""Focal loss of Lin et al. 2017 (G22 Table 1).
 
     .. math::
@@ -103,10 +103,10 @@ class FocalLoss(nn.Module):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
-        return expected_over_targets(partial(focal_loss, gamma=self.gamma), scores, target).mean()
+        return self.reduce(expected_over_targets(partial(focal_loss, gamma=self.gamma), scores, target))
 
 
-class LDAMLoss(nn.Module):
+class LDAMLoss(Loss):
     r"""Label-distribution-aware margin loss of Cao et al. 2019 (G22 Table 1, §4.5).
 
     .. math::
@@ -145,4 +145,4 @@ class LDAMLoss(nn.Module):
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         per_label = partial(ldam_loss, margins=margins, scale=self.scale)
-        return expected_over_targets(per_label, scores, target).mean()
+        return self.reduce(expected_over_targets(per_label, scores, target))

@@ -86,7 +86,7 @@ class NoisedTopKHingeLoss(TopKLoss):
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
         margins = scores.new_ones(scores.shape[1])
-        return noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples).mean()
+        return self.reduce(noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples))
 
 
 class NoisedImbalancedTopKHingeLoss(TopKLoss):
@@ -156,4 +156,4 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples)
-        return self.scale * hinge.mean()
+        return self.reduce(self.scale * hinge)

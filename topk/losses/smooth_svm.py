@@ -101,4 +101,4 @@ class SmoothTopKSVM(TopKLoss):
             per_sample = expected_over_targets(
                 lambda s, y: smooth_topk_svm(s, y, self.k, self.tau, self.alpha), scores, target
             )
-        return per_sample.mean()
+        return self.reduce(per_sample)

@@ -94,7 +94,7 @@ class TopKGroupingLoss(TopKLoss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         grouping, _, _ = topk_grouping_terms(*loss_inputs(scores, target), self.k)
-        return grouping.mean()
+        return self.reduce(grouping)
 
 
 class TopKTransitionLoss(TopKLoss):
@@ -116,4 +116,4 @@ class TopKTransitionLoss(TopKLoss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         grouping, cross_entropy, mass_topk = topk_grouping_terms(*loss_inputs(scores, target), self.k)
-        return ((1 - mass_topk) * cross_entropy + mass_topk * grouping).mean()
+        return self.reduce((1 - mass_topk) * cross_entropy + mass_topk * grouping)

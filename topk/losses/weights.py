@@ -1,0 +1,81 @@
+"""Class weights for every loss (``loss.class_weights``): each sample's loss weighted by its
+label's weight, the weighted mean over the batch."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+
+from topk.errors import ConfigError
+
+
+def class_weight_vector(spec, class_counts: Sequence[int] | None, num_classes: int) -> torch.Tensor | None:
+    """The weights ``loss.class_weights`` asks for, a float ``[num_classes]`` tensor, or ``None``.
+
+    ``null``: none (every loss unweighted). ``balanced``: ``N / (C · N_c)`` for a training split
+    of ``N`` samples in ``C`` classes, ``N_c`` of class ``c`` (scikit-learn's ``balanced``: every
+    class then weighs as much in total). A list: one non-negative weight per class, not all 0.
+    """
+    if spec is None:
+        return None
+    if spec == "balanced":
+        counts = torch.as_tensor(list(class_counts or []), dtype=torch.float64)
+        if len(counts) != num_classes or not bool((counts > 0).all()):
+            raise ConfigError(
+                "loss.class_weights=balanced needs a training sample of every class; this split's "
+                f"class counts are {[int(c) for c in counts]}: give the weights as a list instead.")
+        return (counts.sum() / (num_classes * counts)).float()
+    if isinstance(spec, str) or not isinstance(spec, Sequence):
+        raise ConfigError(f"loss.class_weights must be null, balanced or a list of {num_classes} weights, got {spec!r}.")
+    values = [float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan for w in spec]
+    if len(values) != num_classes or not all(0 <= w < math.inf for w in values) or not any(values):
+        raise ConfigError(
+            f"loss.class_weights must hold {num_classes} finite non-negative weights, one per class, "
+            f"not all 0; got {list(spec)}.")
+    return torch.tensor(values)
+
+
+class ClassWeighted(nn.Module):
+    r"""``loss`` with each sample weighted by its label's weight:
+
+    .. math:: \frac{\sum_i w_i \, ℓ(s_i, t_i)}{\sum_i w_i}, \qquad w_i = w_{y_i}
+              \text{ (labels)}, \quad w_i = \sum_c t_{ic} w_c \text{ (a probability target)},
+
+    the expected weight of a Mixup target. For integer labels this is torch's own
+    ``CrossEntropyLoss(weight=w)``. ``loss`` must return per-sample values with
+    ``reduction="none"`` (torch's losses and :class:`topk.losses.base.Loss`); it is set so here.
+    """
+
+    def __init__(self, loss: nn.Module, weights: torch.Tensor):
+        super().__init__()
+        loss.reduction = "none"
+        self.loss = loss
+        self.register_buffer("weights", weights, persistent=False)
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        per_sample = self.loss(scores, target)
+        if len(self.weights) != scores.shape[-1]:
+            raise ConfigError(f"loss.class_weights has {len(self.weights)} weights but the scores have "
+                              f"{scores.shape[-1]} classes; give one weight per class.")
+        weights = self.weights.to(per_sample.dtype)
+        sample_weights = target.to(per_sample.dtype) @ weights if target.dtype.is_floating_point else weights[target]
+        return (sample_weights * per_sample).sum() / sample_weights.sum()
+
+
+def without_class_weights(node) -> tuple[DictConfig, object]:
+    """A ``loss`` config node without its ``class_weights`` key (which the loss's own constructor
+    does not take), and that key's value as plain Python (``None`` when absent)."""
+    config = OmegaConf.to_container(node, resolve=True)
+    spec = config.pop("class_weights", None)
+    return OmegaConf.create(config), spec
+
+
+def weigh_classes(loss: nn.Module, spec, class_counts: Sequence[int] | None, num_classes: int) -> nn.Module:
+    """``loss`` weighted as ``loss.class_weights`` (``spec``) asks, by :class:`ClassWeighted`;
+    ``loss`` itself when ``spec`` is null."""
+    weights = class_weight_vector(spec, class_counts, num_classes)
+    return loss if weights is None else ClassWeighted(loss, weights)
