@@ -79,6 +79,13 @@ def tiny_cifar100(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_embeddings(tmp_path_factory):
+    from topk.data.fixtures import write_embeddings
+
+    return write_embeddings(tmp_path_factory.mktemp("embeddings"), {"train": 40, "test": 12})
+
+
+@pytest.fixture(scope="session")
 def tiny_imagenet(tmp_path_factory):
     from image_data import write_imagenet
 
@@ -100,7 +107,7 @@ def tiny_imagenet_lt(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt):
+def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt, tiny_embeddings):
     """Overrides that point each file-based data set at its tiny fixture (small images)."""
     small = ["dataset.image_size=8", "dataset.resize_size=10"]
     return {
@@ -108,4 +115,5 @@ def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt):
         "imagenet": [f"dataset.root={tiny_imagenet[0]}", "dataset.val_per_class=2", *small],
         "plantnet": [f"dataset.root={tiny_plantnet[0]}", *small],
         "imagenet_lt": [f"dataset.root={tiny_imagenet_lt[0]}", *small],
+        "embeddings": [f"dataset.root={tiny_embeddings}"],
     }

@@ -11,6 +11,7 @@ import train
 from conftest import CONF, compose_config, run_cli
 from topk.data.augment import NoMix
 from topk.data.transforms import Normalize
+from topk.losses.weights import without_class_weights
 
 GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
 
@@ -45,7 +46,8 @@ def test_every_option_composes_and_instantiates(group, option, data_roots):
     if len(splits.input_shape) == 3:  # vector models see the flattened images
         model = instantiate(compose_config(["model=mlp"]).model, num_classes=splits.num_classes,
                             input_shape=splits.input_shape)
-    loss = instantiate(cfg.loss, **train.data_arguments(cfg.loss, splits))
+    loss_node, _ = without_class_weights(cfg.loss)
+    loss = instantiate(loss_node, **train.data_arguments(loss_node, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
     scheduler = instantiate(cfg.schedule)(optimizer)
     images, mix = train.build_augment(cfg.augment, splits)

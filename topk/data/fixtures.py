@@ -111,6 +111,26 @@ def write_plantnet(root: Path, train_counts: Sequence[int], val_per_class: int, 
     return species
 
 
+def write_embeddings(root: Path, sizes: dict[str, int], width: int = 8, classes: int = 6,
+                     seed: int = 0, suffix: str = ".npz") -> Path:
+    """``root/<split>.npz`` (or ``.pt``) for each ``split: rows`` of ``sizes``, as
+    :mod:`topk.data.embeddings` reads them: Gaussian features around one centre per class,
+    labels cycling through the classes."""
+    import torch
+
+    rng = np.random.default_rng(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    for split, rows in sizes.items():
+        labels = np.arange(rows) % classes
+        features = rng.normal(size=(rows, width)) + 3 * np.eye(classes, width)[labels]
+        if suffix == ".npz":
+            np.savez(root / f"{split}.npz", features=features, labels=labels)
+        else:
+            torch.save({"features": torch.tensor(features), "labels": torch.tensor(labels)},
+                       root / f"{split}.pt")
+    return root
+
+
 def write_smoke_data(root: Path) -> Path:
     """Every file-based data set, just large enough for the papers' protocols (B18's 5,000-image
     CIFAR validation set, 50 held-out ImageNet images per class, K up to 10, ImageNet-LT's
@@ -121,6 +141,7 @@ def write_smoke_data(root: Path) -> Path:
     wnids = write_imagenet(root / "imagenet", train_counts, val_per_class=2)
     write_imagenet_lt_lists(root / "imagenet", wnids, [105, 101, 60, 30, 20, 20, 19, 10, 5, 3, 2, 1])
     write_plantnet(root / "plantnet_300K", [30, 20, 12, 8, 6, 5, 4, 3, 3, 2, 2, 2], 1, 2)
+    write_embeddings(root / "embeddings", {"train": 120, "val": 30, "test": 30})
     return root
 
 
