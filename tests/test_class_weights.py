@@ -70,3 +70,10 @@ def test_every_loss_config_has_class_weights_off():
     for path in sorted((CONF / "loss").glob("*.yaml")):
         node, spec = without_class_weights(compose_config([f"loss={path.stem}"]).loss)
         assert spec is None and "class_weights" not in node and "_target_" in node
+
+
+def test_a_batch_whose_labels_all_weigh_zero_gives_zero():
+    scores = torch.randn(4, N_CLASSES, dtype=torch.float64, requires_grad=True)
+    value = ClassWeighted(torch.nn.CrossEntropyLoss(), WEIGHTS)(scores, torch.full((4,), 3))
+    value.backward()
+    assert value.item() == 0.0 and bool((scores.grad == 0).all())

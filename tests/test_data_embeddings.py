@@ -54,6 +54,7 @@ def test_val_size_holds_training_embeddings_out_by_seed(tmp_path):
     (lambda root: (write(root, "train"), np.savez(root / "test.npz", features=np.zeros(3), labels=np.zeros(3, int))), "features must be a float matrix"),
     (lambda root: (write(root, "train"), np.savez(root / "test.npz", features=np.zeros((3, 4)), labels=np.zeros(2, int))), "3 feature rows but 2 labels"),
     (lambda root: (write(root, "train"), write(root, "test", width=5)), "differ in width"),
+    (lambda root: (write(root, "train"), write(root, "test", n=0)), "holds no embeddings"),
     (lambda root: (write(root, "train"), write(root, "test"), write(root, "val")), "has a val file and dataset.val_size=5"),
 ])
 def test_bad_embeddings_stop_with_one_sentence(tmp_path, make, message):

@@ -32,7 +32,7 @@ _LAYOUT = ("the files train, test (and optionally val) as .npz with arrays featu
 
 def split_file(root: Path, split: str) -> Path | None:
     """``<root>/<split>.npz`` or ``.pt``; ``None`` if neither exists; refuses both."""
-    found = [root / f"{split}{suffix}" for suffix in FORMATS if (root / f"{split}{suffix}").is_file()]
+    found = [path for path in (root / f"{split}{suffix}" for suffix in FORMATS) if path.is_file()]
     if len(found) > 1:
         raise ConfigError(f"{root} has both {found[0].name} and {found[1].name}; keep one of them.")
     return found[0] if found else None
@@ -60,6 +60,8 @@ def read_arrays(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
                           f"shape {tuple(labels.shape)}.")
     if len(labels) != len(features):
         raise ConfigError(f"{path}: {len(features)} feature rows but {len(labels)} labels.")
+    if len(labels) == 0:
+        raise ConfigError(f"{path} holds no embeddings; a split needs at least one.")
     return features.float(), labels.long()
 
 

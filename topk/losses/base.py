@@ -19,7 +19,8 @@ class Loss(nn.Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
         if reduction not in REDUCTIONS:
-            raise ConfigError(f"loss reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}.")
+            raise ConfigError(
+                f"loss reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}.")
         self.reduction = reduction
 
     def reduce(self, per_sample: torch.Tensor) -> torch.Tensor:

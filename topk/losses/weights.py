@@ -13,7 +13,8 @@ from torch import nn
 from topk.errors import ConfigError
 
 
-def class_weight_vector(spec, class_counts: Sequence[int] | None, num_classes: int) -> torch.Tensor | None:
+def class_weight_vector(spec, class_counts: Sequence[int] | None,
+                        num_classes: int) -> torch.Tensor | None:
     """The weights ``loss.class_weights`` asks for, a float ``[num_classes]`` tensor, or ``None``.
 
     ``null``: none (every loss unweighted). ``balanced``: ``N / (C · N_c)`` for a training split
@@ -30,12 +31,14 @@ def class_weight_vector(spec, class_counts: Sequence[int] | None, num_classes: i
                 f"class counts are {[int(c) for c in counts]}: give the weights as a list instead.")
         return (counts.sum() / (num_classes * counts)).float()
     if isinstance(spec, str) or not isinstance(spec, Sequence):
-        raise ConfigError(f"loss.class_weights must be null, balanced or a list of {num_classes} weights, got {spec!r}.")
-    values = [float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan for w in spec]
+        raise ConfigError(f"loss.class_weights must be null, balanced or a list of {num_classes} "
+                          f"weights, got {spec!r}.")
+    values = [float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
+              for w in spec]
     if len(values) != num_classes or not all(0 <= w < math.inf for w in values) or not any(values):
         raise ConfigError(
-            f"loss.class_weights must hold {num_classes} finite non-negative weights, one per class, "
-            f"not all 0; got {list(spec)}.")
+            f"loss.class_weights must hold {num_classes} finite non-negative weights, one per "
+            f"class, not all 0; got {list(spec)}.")
     return torch.tensor(values)
 
 
@@ -59,11 +62,16 @@ class ClassWeighted(nn.Module):
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         per_sample = self.loss(scores, target)
         if len(self.weights) != scores.shape[-1]:
-            raise ConfigError(f"loss.class_weights has {len(self.weights)} weights but the scores have "
-                              f"{scores.shape[-1]} classes; give one weight per class.")
+            raise ConfigError(f"loss.class_weights has {len(self.weights)} weights but the scores "
+                              f"have {scores.shape[-1]} classes; give one weight per class.")
         weights = self.weights.to(per_sample.dtype)
-        sample_weights = target.to(per_sample.dtype) @ weights if target.dtype.is_floating_point else weights[target]
-        return (sample_weights * per_sample).sum() / sample_weights.sum()
+        if target.dtype.is_floating_point:
+            sample_weights = target.to(per_sample.dtype) @ weights
+        else:
+            sample_weights = weights[target]
+        # A batch whose labels all weigh 0 gives 0 (torch's weighted cross-entropy gives NaN).
+        total = sample_weights.sum().clamp(min=torch.finfo(per_sample.dtype).tiny)
+        return (sample_weights * per_sample).sum() / total
 
 
 def without_class_weights(node) -> tuple[DictConfig, object]:
@@ -74,7 +82,8 @@ def without_class_weights(node) -> tuple[DictConfig, object]:
     return OmegaConf.create(config), spec
 
 
-def weigh_classes(loss: nn.Module, spec, class_counts: Sequence[int] | None, num_classes: int) -> nn.Module:
+def weigh_classes(loss: nn.Module, spec, class_counts: Sequence[int] | None,
+                  num_classes: int) -> nn.Module:
     """``loss`` weighted as ``loss.class_weights`` (``spec``) asks, by :class:`ClassWeighted`;
     ``loss`` itself when ``spec`` is null."""
     weights = class_weight_vector(spec, class_counts, num_classes)
