@@ -72,6 +72,7 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf, open_dict
 
 from topk.hydra_callbacks import sweep_values
+from topk.losses.weights import without_class_weights
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -192,7 +193,7 @@ def build_loss(run: dict) -> torch.nn.Module:
         extra["class_counts"] = [max(1, round(run["train_images"] * w / sum(weights))) for w in weights]
     if "num_classes" in parameters and run["loss"].get("num_classes") is None:
         extra["num_classes"] = run["classes"]
-    return instantiate({key: value for key, value in run["loss"].items() if key != "class_weights"}, **extra)
+    return instantiate(without_class_weights(run["loss"])[0], **extra)
 
 
 def time_repeats(step, budget: float, min_repeats: int, max_repeats: int) -> dict:

@@ -60,10 +60,10 @@ class ClassWeighted(nn.Module):
         self.register_buffer("weights", weights, persistent=False)
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        per_sample = self.loss(scores, target)
         if len(self.weights) != scores.shape[-1]:
             raise ConfigError(f"loss.class_weights has {len(self.weights)} weights but the scores "
                               f"have {scores.shape[-1]} classes; give one weight per class.")
+        per_sample = self.loss(scores, target)
         weights = self.weights.to(per_sample.dtype)
         if target.dtype.is_floating_point:
             sample_weights = target.to(per_sample.dtype) @ weights
@@ -75,9 +75,13 @@ class ClassWeighted(nn.Module):
 
 
 def without_class_weights(node) -> tuple[DictConfig, object]:
-    """A ``loss`` config node without its ``class_weights`` key (which the loss's own constructor
-    does not take), and that key's value as plain Python (``None`` when absent)."""
-    config = OmegaConf.to_container(node, resolve=True)
+    """A ``loss`` config node (or a resolved dict of one) without its ``class_weights`` key (which
+    the loss's own constructor does not take), and that key's value as plain Python (``None``
+    when absent)."""
+    if isinstance(node, DictConfig):
+        config = OmegaConf.to_container(node, resolve=True)
+    else:
+        config = dict(node)
     spec = config.pop("class_weights", None)
     return OmegaConf.create(config), spec
 
