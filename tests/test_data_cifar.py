@@ -68,6 +68,14 @@ def test_shapes_dtypes_and_pixel_layout(tiny):
     assert splits.test.y.tolist() == fine
 
 
+def test_cifar10_normalisation_of_p22_and_unknown_name(tiny):
+    root, _ = tiny
+    splits = cifar100(seed=0, root=root, val_size=100, normalisation="cifar10")
+    assert splits.mean == (0.4914, 0.4822, 0.4465) and splits.std == (0.2023, 0.1994, 0.2010)
+    with pytest.raises(ConfigError, match="normalisation='imagenet' is unknown; choose one of cifar100, cifar10"):
+        cifar100(seed=0, root=root, val_size=100, normalisation="imagenet")
+
+
 def test_split_deterministic_balanced_disjoint_and_independent_of_run_seed(tiny):
     root, written = tiny
     fine = torch.tensor(written["train"][b"fine_labels"])

@@ -83,6 +83,16 @@ def test_resnet_cifar_stem_keeps_32x32_resolution_into_the_first_block():
     assert _scores(torchvision_resnet("resnet18", num_classes=5, input_shape=(3, 64, 64)), (3, 64, 64)).shape == (2, 5)
 
 
+def test_resnet_cifar_stem_with_the_max_pool_kept_as_p22():
+    model = torchvision_resnet("resnet18", num_classes=100, input_shape=(3, 32, 32), keep_maxpool=True).eval()
+    assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1)
+    assert isinstance(model.maxpool, nn.MaxPool2d)
+    with torch.no_grad():
+        stem = model.maxpool(model.relu(model.bn1(model.conv1(torch.randn(2, 3, 32, 32)))))
+        assert model.layer1(stem).shape == (2, 64, 16, 16)
+        assert model(torch.randn(2, 3, 32, 32)).shape == (2, 100)
+
+
 def test_resnet_keeps_the_imagenet_stem_for_larger_images():
     model = torchvision_resnet("resnet18", num_classes=4, input_shape=(3, 96, 96))
     assert model.conv1.kernel_size == (7, 7) and model.conv1.stride == (2, 2)

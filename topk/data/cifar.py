@@ -49,6 +49,11 @@ NUM_SUPERCLASSES = 20
 
 CIFAR100_MEAN = (125.3 / 255.0, 123.0 / 255.0, 113.9 / 255.0)
 CIFAR100_STD = (63.0 / 255.0, 62.1 / 255.0, 66.7 / 255.0)
+# The CIFAR-10 statistics that Petersen et al. 2022's CIFAR-100 code normalises with (its std is
+# the widespread 0.2023/0.1994/0.2010, not CIFAR-10's per-pixel std).
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+NORMALISATIONS = {"cifar100": (CIFAR100_MEAN, CIFAR100_STD), "cifar10": (CIFAR10_MEAN, CIFAR10_STD)}
 
 NOISE_GROUPS = ("coarse", "published_code")
 PUBLISHED_GROUP_SIZE = 5
@@ -314,6 +319,7 @@ def cifar100(
     noise: float = 0.0,
     noise_groups: str = "coarse",
     split_seed: int = 0,
+    normalisation: str = "cifar100",
 ) -> CifarSplits:
     """CIFAR-100: train (minus ``val_size`` held out), validation, test; optional label noise.
 
@@ -333,6 +339,9 @@ def cifar100(
         ``"coarse"`` (true superclasses) or ``"published_code"`` (``label - label % 5 + u``).
     split_seed : int
         Seed of the train/validation split, fixed across runs.
+    normalisation : str
+        Mean and std the images are normalised with: ``cifar100`` (CIFAR-100's own) or ``cifar10``
+        (the CIFAR-10 statistics of P22's code).
 
     Raises
     ------
@@ -343,6 +352,10 @@ def cifar100(
         the release's entries; the message names the file and says to fetch the release again.
     """
     check_noise_settings(noise, noise_groups)
+    if normalisation not in NORMALISATIONS:
+        raise ConfigError(f"dataset.normalisation={normalisation!r} is unknown; choose one of "
+                          f"{', '.join(NORMALISATIONS)}.")
+    mean, std = NORMALISATIONS[normalisation]
     train_part, test_part, num_classes = read_cifar100_release(_locate(root, download))
     n_full = len(train_part.fine)
     if (
@@ -380,8 +393,8 @@ def cifar100(
         val=val,
         test=TensorSplit(test_part.x, test_part.fine.clone()),
         num_classes=num_classes,
-        mean=CIFAR100_MEAN,
-        std=CIFAR100_STD,
+        mean=mean,
+        std=std,
         train_labels_full=record_labels.numpy().astype(np.int64),
         noise_rate=noise_rate,
         val_indices=val_idx.numpy().astype(np.int64),

@@ -83,7 +83,8 @@ def _stem_conv(in_channels: int, small: bool) -> nn.Conv2d:
 
 
 def torchvision_resnet(
-    name: str, num_classes: int, input_shape, pretrained: bool = False, head: str = "linear"
+    name: str, num_classes: int, input_shape, pretrained: bool = False, head: str = "linear",
+    keep_maxpool: bool = False,
 ) -> nn.Module:
     """A torchvision ResNet (``resnet18``, ``resnet34`` or ``resnet50``) with ``num_classes`` outputs.
 
@@ -101,6 +102,9 @@ def torchvision_resnet(
         new.
     head
         ``linear`` or ``cosine`` last layer (see :mod:`topk.models.heads`).
+    keep_maxpool
+        Keep the 3x3 stride-2 max-pool after a CIFAR stem, as the ResNet-18 of Petersen et al.
+        2022's CIFAR-100 code does (its 3x3 ``conv1`` is followed by torchvision's max-pool).
     """
     if name not in RESNETS:
         raise ConfigError(f"model.name={name!r} is not a torchvision ResNet; choose one of {', '.join(RESNETS)}.")
@@ -109,7 +113,8 @@ def torchvision_resnet(
     model = _build(builder, weights if pretrained else None)
     if _is_small(input_shape):
         model.conv1 = _stem_conv(input_shape[0], small=True)
-        model.maxpool = nn.Identity()
+        if not keep_maxpool:
+            model.maxpool = nn.Identity()
     elif input_shape[0] != 3:
         model.conv1 = _stem_conv(input_shape[0], small=False)
     model.fc = make_head(head, model.fc.in_features, num_classes)
