@@ -108,6 +108,29 @@ def test_global_batch_must_divide_over_the_processes():
         check_global_batch(63, Distributed(1, 2))
 
 
+@pytest.mark.parametrize("mine,theirs", [([0.5, 0.25, 0.125, 0.0, 1.0], [7.0, 8.0]), ([3.0], [7.0, 8.0, 9.0]), ([], [1.0])])
+def test_gather_concat_pads_to_the_longest_and_cuts_back(monkeypatch, mine, theirs):
+    """Rank 0 of two, all_gather faked with what rank 1 sends (its length, then its values padded
+    to the longest): every process's values in rank order, from equal-length all-gathers."""
+    sent = []
+
+    def all_gather(outputs, tensor):
+        sent.append(tensor.clone())
+        if len(sent) == 1:
+            other = torch.tensor([len(theirs)])
+        else:
+            other = torch.tensor(theirs + [0.0] * (len(tensor) - len(theirs)))
+        assert [output.shape for output in outputs] == [tensor.shape] * 2
+        outputs[0].copy_(tensor)
+        outputs[1].copy_(other)
+
+    monkeypatch.setattr(torch.distributed, "all_gather", all_gather)
+    gathered = Distributed(0, 2).gather_concat(torch.tensor(mine))
+    assert gathered.tolist() == mine + theirs
+    assert [t.tolist() for t in sent] == [[len(mine)], mine + [0.0] * max(0, len(theirs) - len(mine))]
+    assert Distributed().gather_concat(torch.tensor(mine)).tolist() == mine  # one process: itself
+
+
 def test_processes_after_the_first_leave_hydra_output_to_rank_0(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -211,12 +234,14 @@ def test_torchrun_on_circles_equals_one_process_and_resumes_after_a_kill(tmp_pat
 
 def write_plantnet_with_even_training_split(root: Path) -> Path:
     """Pl@ntNet's layout with 22 training images (11 global batches of 2 split evenly over two
-    processes, so that both runs see the same batches), 10 validation and 15 test images."""
+    processes, so that both runs see the same batches), 11 validation images (shares of 6 and 5:
+    the processes gather unequal numbers of probabilities for the average-k threshold) and 15
+    test images."""
     species = [str(1355868 + 13 * index) for index in range(5)]
     images = root / "images"
     write_folder_split(images / "train", {s: [c] * n for c, (s, n) in enumerate(zip(species, (9, 5, 3, 3, 2)))},
                        species)
-    write_folder_split(images / "val", {s: [c, c] for c, s in enumerate(species)}, species)
+    write_folder_split(images / "val", {s: [c] * (3 if c == 0 else 2) for c, s in enumerate(species)}, species)
     write_folder_split(images / "test", {s: [c] * 3 for c, s in enumerate(species)}, species)
     (root / "plantnet300K_species_id_2_name.json").write_text(json.dumps({s: s for s in species}))
     return root
@@ -232,8 +257,9 @@ def test_torchrun_on_image_files_equals_one_process(tmp_path):
     returncode, output = finished(torchrun([*overrides, f"hydra.run.dir={tmp_path / 'two'}"]))
     assert returncode == 0, output[-3000:]
     two = record(tmp_path / "two")
-    assert two["samples"] == expected["samples"] == {"val": 10, "test": 15}
+    assert two["samples"] == expected["samples"] == {"val": 11, "test": 15}
     assert_same_test_metrics(two["test"], expected["test"])
+    assert {"avg2", "macro_avg5"} <= set(two["test"]) & set(two["val"])
     assert two["val"] == pytest.approx(expected["val"], rel=1e-5, abs=1e-6)
 
 

@@ -1,11 +1,22 @@
-"""Top-k accuracies against a brute-force count, ties and absent classes included."""
+"""Top-k and average-k accuracies against brute-force counts, ties and absent classes included."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from topk.metrics import TopKAccumulator, clip_ks, target_rank, topk_accuracies
+from topk.data import TensorBatches
+from topk.data.splits import TensorSplit
+from topk.engine import average_k_metrics, evaluate_splits, metric_names
+from topk.metrics import (
+    AverageKAccumulator,
+    TopKAccumulator,
+    average_k_thresholds,
+    clip_ks,
+    largest_probabilities,
+    target_rank,
+    topk_accuracies,
+)
 
 
 def brute_force(scores, labels, ks, num_classes):
@@ -75,3 +86,114 @@ def test_per_class_and_macro():
 def test_clip_ks():
     assert clip_ks([1, 2, 3, 5, 10], 6) == [1, 2, 3, 5]
     assert clip_ks([5, 1, 1], 100) == [1, 5]
+
+
+# --- average-k accuracy (Garcin et al. 2021) ------------------------------------------------------
+
+def brute_force_average_k(val, splits, ks, num_classes):
+    """Sample by sample: λ_k is the (N·k)-th largest of all N·n validation probabilities; a
+    sample is a hit when its label's probability is at least λ_k. ``val`` and each of ``splits``
+    are (probabilities, labels) as Python lists."""
+    everything = sorted((p for row in val[0] for p in row), reverse=True)
+    result = {}
+    for split, (probabilities, labels) in splits.items():
+        metrics = {}
+        for k in ks:
+            threshold = everything[len(val[0]) * k - 1]
+            hits, totals = [0] * num_classes, [0] * num_classes
+            for row, label in zip(probabilities, labels):
+                totals[label] += 1
+                hits[label] += row[label] >= threshold
+            present = [c for c in range(num_classes) if totals[c] > 0]
+            metrics[f"avg{k}"] = 100.0 * sum(hits) / sum(totals)
+            metrics[f"macro_avg{k}"] = 100.0 * sum(hits[c] / totals[c] for c in present) / len(present)
+        result[split] = metrics
+    return result
+
+
+def collect(scores, labels, keep_probabilities, batch_size=16):
+    accumulator = AverageKAccumulator(keep_probabilities)
+    for start in range(0, len(labels), batch_size):
+        accumulator.update(scores[start : start + batch_size], labels[start : start + batch_size])
+    return accumulator
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_average_k_matches_brute_force_with_ties_and_absent_classes(seed):
+    generator = torch.Generator().manual_seed(seed)
+    num_classes, ks = 7, [1, 2, 3, 5, 7]
+    data = {}
+    for split, size in (("val", 40), ("test", 53)):
+        # Integer-valued scores in a small range: many equal probabilities, at λ too.
+        scores = torch.randint(0, 3, (size, num_classes), generator=generator).float()
+        data[split] = (scores, torch.randint(0, 5, (size,), generator=generator))  # classes 5, 6 absent
+    collected = {split: collect(scores, labels, split == "val") for split, (scores, labels) in data.items()}
+    got = average_k_metrics(collected, ks, num_classes)
+    as_lists = {split: (scores.softmax(dim=1).tolist(), labels.tolist()) for split, (scores, labels) in data.items()}
+    expected = brute_force_average_k(as_lists["val"], as_lists, ks, num_classes)
+    assert got.keys() == expected.keys()
+    for split in expected:
+        assert got[split] == pytest.approx(expected[split], abs=1e-9), split
+
+
+def test_average_set_size_on_val_is_k_without_ties():
+    probabilities = torch.randn(300, 20, generator=torch.Generator().manual_seed(0)).softmax(dim=1)
+    assert probabilities.flatten().unique().numel() == probabilities.numel()
+    ks = [1, 2, 5, 20]
+    thresholds = average_k_thresholds(probabilities.flatten(), 300, ks)
+    set_sizes = [(probabilities >= threshold).sum(dim=1).double().mean().item() for threshold in thresholds]
+    assert set_sizes == [1.0, 2.0, 5.0, 20.0]
+
+
+def test_ties_at_the_threshold_make_the_sets_larger_than_k():
+    probabilities = torch.full((4, 5), 0.2)  # every probability is λ
+    thresholds = average_k_thresholds(probabilities.flatten(), 4, [1])
+    assert thresholds.tolist() == pytest.approx([0.2]) and int((probabilities >= thresholds[0]).sum()) == 20
+
+
+def test_macro_average_is_the_mean_over_present_classes_at_the_val_threshold():
+    val_scores = torch.tensor([[3.0, 0.0, 0.0], [0.0, 3.0, 0.0], [0.0, 0.0, 1.0], [0.0, 0.0, 2.0]])
+    val = collect(val_scores.log_softmax(dim=1), torch.tensor([0, 1, 2, 2]), keep_probabilities=True)
+    # λ_1 = the 4th largest of the 12 probabilities: softmax([0, 0, 1])_2 ≈ 0.58, the label
+    # probability of val's third sample; every val label is in its set.
+    test = collect(val_scores.log_softmax(dim=1)[[0, 0, 3, 2]], torch.tensor([0, 1, 2, 1]), keep_probabilities=False)
+    metrics = average_k_metrics({"val": val, "test": test}, [1], 3)
+    assert metrics["val"] == pytest.approx({"avg1": 100.0, "macro_avg1": 100.0})
+    # test: class 0 1/1, class 1 0/2 (label probabilities well under λ), class 2 1/1
+    assert metrics["test"] == pytest.approx({"avg1": 50.0, "macro_avg1": 100 * (1 + 0 + 1) / 3})
+
+
+def test_thresholds_from_each_shards_largest_probabilities_equal_the_whole_splits():
+    """What several processes gather (each its N·max(k) largest) gives the single process's λ."""
+    generator = torch.Generator().manual_seed(1)
+    probabilities = torch.randint(0, 4, (37, 6), generator=generator).float().softmax(dim=1)
+    ks = [1, 3, 6]
+    whole = average_k_thresholds(probabilities.flatten(), 37, ks)
+    for shards in (2, 3, 5):
+        parts = [largest_probabilities(probabilities[rank::shards], 37 * max(ks)) for rank in range(shards)]
+        assert torch.equal(average_k_thresholds(torch.cat(parts), 37, ks), whole)
+
+
+def test_average_k_needs_a_val_split_with_samples():
+    scores, labels = torch.randn(10, 4), torch.randint(0, 4, (10,))
+    assert average_k_metrics({"test": collect(scores, labels, False)}, [1, 2], 4) == {}
+    assert average_k_metrics({"val": AverageKAccumulator(True), "test": collect(scores, labels, False)}, [1], 4) == {}
+
+
+def test_evaluation_reports_average_k_of_every_split_at_the_val_threshold():
+    """The engine's evaluation: val's batches set λ, test's are counted at it; ten-crop or not,
+    the probabilities are the softmax of the scores the evaluation ranks by."""
+    generator = torch.Generator().manual_seed(2)
+    model = torch.nn.Linear(3, 5)
+    splits = {name: TensorSplit(torch.randn(size, 3, generator=generator), torch.randint(0, 5, (size,), generator=generator))
+              for name, size in (("val", 45), ("test", 30))}
+    batches = {name: TensorBatches(split, 8) for name, split in splits.items()}
+    evaluations = evaluate_splits(model, torch.nn.functional.cross_entropy, batches, [1, 2, 10], 5)
+    with torch.no_grad():
+        as_lists = {name: (model(split.x).softmax(dim=1).tolist(), split.y.tolist()) for name, split in splits.items()}
+    expected = brute_force_average_k(as_lists["val"], as_lists, [1, 2], 5)
+    for name, (metrics, _) in evaluations.items():
+        assert {key: metrics[key] for key in expected[name]} == pytest.approx(expected[name], abs=1e-9)
+        assert set(metrics) == set(metric_names([1, 2]))
+    without_val = evaluate_splits(model, torch.nn.functional.cross_entropy, {"test": batches["test"]}, [1, 2], 5)
+    assert set(without_val["test"][0]) == set(metric_names([1, 2], average_k=False))

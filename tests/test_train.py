@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT, run_cli, run_in_process
-from topk.engine import RunInterrupted
+from topk.engine import RunInterrupted, check_selection_metric
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.records import read_results, validate_results
 
@@ -35,8 +35,8 @@ def test_each_loss_writes_a_valid_record(run_dir, loss):
     assert on_disk["status"] == "completed" and on_disk["error"] is None
     assert (on_disk["dataset"], on_disk["model"], on_disk["loss"]) == ("circles", "linear", loss)
     assert on_disk["params"]["trainer.epochs"] == 4 and on_disk["seed"] == 0
-    assert set(on_disk["test"]) == {"loss", "top1", "top2", "top3", "top5",
-                                    "macro_top1", "macro_top2", "macro_top3", "macro_top5"}
+    assert set(on_disk["test"]) == {"loss", *(f"{name}{k}" for name in ("top", "macro_top", "avg", "macro_avg")
+                                              for k in (1, 2, 3, 5))}
     assert 1 <= on_disk["best_epoch"] <= 4
     assert on_disk["selection_metric"] == "val/top2"
     history = pd.read_csv(run_dir / "history.csv")
@@ -50,6 +50,34 @@ def test_each_loss_writes_a_valid_record(run_dir, loss):
     assert (run_dir / "checkpoints" / "last.pt").exists() and (run_dir / "checkpoints" / "best.pt").exists()
     assert list((run_dir / "tb").glob("events.out.tfevents.*"))
     assert on_disk["versions"]["torch"]
+
+
+def test_average_k_selects_the_model_and_is_recorded(run_dir):
+    """Average-k accuracy (Garcin et al. 2021) at the val split's threshold, in the history, the
+    record and as the selection metric."""
+    overrides = ["dataset.val_per_class=20", "trainer.selection_metric=val/avg2", "trainer.epochs=3"]
+    record, _ = run_in_process(run_dir, overrides)
+    on_disk = read_record(run_dir)
+    assert on_disk["selection_metric"] == "val/avg2"
+    history = pd.read_csv(run_dir / "history.csv").set_index("epoch")
+    for split in ("val", "test"):
+        for name in ("avg1", "avg5", "macro_avg2", "macro_avg5"):
+            assert history[f"{split}/{name}"].between(0, 100).all()
+    best = history.loc[on_disk["best_epoch"]]
+    assert best["val/avg2"] == history["val/avg2"].max() == pytest.approx(on_disk["val"]["avg2"])
+    assert best["test/macro_avg5"] == pytest.approx(on_disk["test"]["macro_avg5"])
+    values = [on_disk["test"][f"avg{k}"] for k in (1, 2, 3, 5)]
+    assert values == sorted(values)  # λ falls as k grows: the sets only gain labels
+
+
+def test_average_k_is_absent_without_a_val_split(run_dir):
+    run_in_process(run_dir, ["trainer.epochs=1"])
+    assert not [name for name in read_record(run_dir)["test"] if "avg" in name]
+    assert not [column for column in pd.read_csv(run_dir / "history.csv").columns if "avg" in column]
+    with pytest.raises(ConfigError, match=r"'test/avg5' is not available in this run, as average-k accuracies "
+                                          r"need a val split to set their threshold; choose one of last, test/loss"):
+        check_selection_metric("test/avg5", ["test"], [1, 5])
+    check_selection_metric("test/avg5", ["val", "test"], [1, 5])
 
 
 def test_tensorboard_holds_the_history_scalars(run_dir):
@@ -183,6 +211,7 @@ def test_class_weights_train_and_are_recorded(run_dir):
         (["loss=topk_transition", "loss.k=0"], "loss.k must be at least 1"),
         (["dataset.sigma=-10"], "dataset.sigma .* must be >= 0, got -10"),
         (["trainer.selection_metric=val/top1"], "needs a validation split"),
+        (["trainer.selection_metric=val/avg5"], "needs a validation split"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
         (["trainer.selection_metric=test/top1"], "would choose the model on the test split"),
         (["model=mlp", "model.hidden=0"], "model.hidden must be a positive width"),

@@ -77,6 +77,22 @@ class Distributed:
         dist.all_gather_object(values, value)
         return values
 
+    def gather_concat(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every process's 1-D ``tensor`` (of any length), concatenated in rank order, in every
+        process (every process must call it). ``all_gather`` needs one length: each is padded to
+        the longest and cut back after (two all-gathers and one read of the lengths)."""
+        if not self.enabled:
+            return tensor
+        length = torch.tensor([tensor.numel()], dtype=torch.int64, device=tensor.device)
+        lengths = [torch.zeros_like(length) for _ in range(self.world_size)]
+        dist.all_gather(lengths, length)
+        lengths = torch.cat(lengths).tolist()
+        padded = tensor.new_zeros(max(lengths))
+        padded[: tensor.numel()] = tensor
+        parts = [torch.empty_like(padded) for _ in range(self.world_size)]
+        dist.all_gather(parts, padded)
+        return torch.cat([part[:length] for part, length in zip(parts, lengths)])
+
     def sync_buffers(self, model: torch.nn.Module) -> None:
         """Copy rank 0's buffers (batch-norm running statistics) to every process, so that all
         evaluate the model rank 0 saves: each process updates them on its own share of a batch."""

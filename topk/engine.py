@@ -17,7 +17,8 @@ continues after.
 
 Several processes (``distributed``, see :mod:`topk.distributed`): each trains the
 DistributedDataParallel model on its share of every global batch; the loss, the stop requests and
-the top-k counts are summed over processes, so every process takes the same decisions and reports
+the top-k and average-k counts are summed over processes (and the largest validation probabilities,
+which set the average-k threshold, gathered), so every process takes the same decisions and reports
 the same metrics; only rank 0 writes checkpoints, history and TensorBoard events.
 """
 
@@ -44,7 +45,14 @@ from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.functional import topk_marginals
-from topk.metrics import TopKAccumulator, clip_ks
+from topk.metrics import (
+    AverageKAccumulator,
+    TopKAccumulator,
+    average_k_accuracies,
+    average_k_thresholds,
+    clip_ks,
+    largest_probabilities,
+)
 from topk.precision import MixedPrecision, unwrap
 from topk.records import TensorBoardScalars, write_history
 
@@ -178,8 +186,13 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def metric_names(ks: list[int], groups=()) -> list[str]:
+def metric_names(ks: list[int], groups=(), average_k: bool = True) -> list[str]:
+    """The metrics an evaluated split reports; ``avg{k}`` and ``macro_avg{k}`` only with
+    ``average_k``, i.e. when the run evaluates a ``val`` split, whose probabilities set their
+    threshold (:func:`average_k_metrics`)."""
     names = ["loss"] + [f"top{k}" for k in ks] + [f"macro_top{k}" for k in ks]
+    if average_k:
+        names += [f"avg{k}" for k in ks] + [f"macro_avg{k}" for k in ks]
     return names + [f"{group}_top{k}" for group in groups for k in ks]
 
 
@@ -188,11 +201,13 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups
     if metric == "last":
         return
     split, _, name = metric.partition("/")
-    names = metric_names(ks, groups)
+    names = metric_names(ks, groups, average_k="val" in splits)
     valid = ["last"] + [f"{s}/{m}" for s in splits for m in names]
     if split not in splits or name not in names:
+        needs_val = name not in names and name in metric_names(ks, groups)  # avg{k} without val
+        reason = ", as average-k accuracies need a val split to set their threshold" if needs_val else ""
         raise ConfigError(
-            f"trainer.selection_metric={metric!r} is not available in this run; "
+            f"trainer.selection_metric={metric!r} is not available in this run{reason}; "
             f"choose one of {', '.join(valid[:8])}{', ...' if len(valid) > 8 else ''}."
         )
 
@@ -299,7 +314,7 @@ def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
 def evaluate(
     model, loss_fn, batches, ks, num_classes, class_groups=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
-    scores_of: Callable = model_scores,
+    scores_of: Callable = model_scores, average_k: AverageKAccumulator | None = None,
 ) -> tuple[dict[str, float], TopKAccumulator]:
     """Loss and top-k accuracies of ``model`` over ``batches`` (labels are hard).
 
@@ -307,7 +322,8 @@ def evaluate(
     (:func:`model_scores`, or :func:`multi_crop_scores` for ten-crop test images);
     ``class_groups`` adds ``{group}_top{k}`` accuracies; scores are autocast as in training and
     taken in float32. With several processes each evaluates its share of the split and the counts
-    and loss sums are added up over processes (exact).
+    and loss sums are added up over processes (exact). ``average_k``, when given, collects the
+    same scores' probabilities for :func:`average_k_metrics` (this process's share).
     """
     precision = precision or MixedPrecision()
     model.eval()
@@ -319,6 +335,8 @@ def evaluate(
             scores, logits = scores_of(model, inputs)
         scores, logits = scores.float(), logits.float()
         accumulator.update(scores, labels)
+        if average_k is not None:
+            average_k.update(scores, labels)
         loss_sum.add_(loss_fn(logits, labels), alpha=len(labels))  # summed on the device, read once
         sample_count += len(labels)
     sums = distributed.sum_(torch.stack([loss_sum, loss_sum.new_tensor(float(sample_count))]))
@@ -335,11 +353,61 @@ def evaluate_splits(
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
     scores_of: Callable = model_scores,
 ) -> dict[str, tuple[dict[str, float], TopKAccumulator]]:
-    """:func:`evaluate` on every split: ``{split: (metrics, accumulator)}``."""
-    return {
-        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed, scores_of)
+    """:func:`evaluate` on every split: ``{split: (metrics, accumulator)}``. With a ``val``
+    split, every split's metrics hold ``avg{k}`` and ``macro_avg{k}`` too, at the threshold the
+    ``val`` split sets (:func:`average_k_metrics`); without one they are absent."""
+    device, collected = next(model.parameters()).device, {}
+    if "val" in eval_batches:  # average-k accuracy needs the val split's threshold
+        collected = {split: AverageKAccumulator(split == "val", device) for split in eval_batches}
+    evaluations = {
+        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed, scores_of,
+                        average_k=collected.get(split))
         for split, batches in eval_batches.items()
     }
+    for split, metrics in average_k_metrics(collected, ks, num_classes, distributed).items():
+        evaluations[split][0].update(metrics)
+    return evaluations
+
+
+def average_k_metrics(collected: Mapping[str, AverageKAccumulator], ks, num_classes: int,
+                      distributed: Distributed = SINGLE_PROCESS) -> dict[str, dict[str, float]]:
+    """``{split: {avg{k}, macro_avg{k}}}``: average-k accuracies (Garcin et al. 2021,
+    "Pl@ntNet-300K: a plant image dataset with high label ambiguity and a long-tailed
+    distribution", NeurIPS Datasets and Benchmarks) of every split in ``collected``, at the
+    thresholds ``λ_k`` that ``collected["val"]`` sets (:func:`validation_thresholds`). Empty
+    without a ``val`` split, or with an empty one: average-k accuracy is never computed from a
+    split's own threshold. Hits are counted per process and summed over processes (exact)."""
+    ks = clip_ks(ks, num_classes)
+    thresholds = validation_thresholds(collected["val"], ks, distributed) if "val" in collected else None
+    if thresholds is None:
+        return {}
+    metrics = {}
+    for split, accumulator in collected.items():
+        hits, totals = accumulator.hits(thresholds, num_classes)
+        distributed.sum_(hits)
+        distributed.sum_(totals)
+        metrics[split] = average_k_accuracies(hits, totals, ks)
+    return metrics
+
+
+def validation_thresholds(val: AverageKAccumulator, ks, distributed: Distributed) -> torch.Tensor | None:
+    """``λ_k`` for each k (:func:`topk.metrics.average_k_thresholds`), the same in every process;
+    ``None`` when the split has no sample.
+
+    ``N`` is the number of validation samples over all processes. Each process contributes the
+    ``N·max(ks)`` largest probabilities of its share (all of them when it holds fewer), and every
+    process gathers all contributions (:meth:`Distributed.gather_concat`): they hold the
+    ``N·max(ks)`` largest overall, so the threshold is exact; in float32 they take at most
+    ``4·min(N·n, P·N·max(ks))`` bytes in each of ``P`` processes (n classes). With several
+    processes the host reads ``N`` and the gathered lengths, once per evaluation."""
+    sample_count = val.sample_count
+    if distributed.enabled:
+        count = torch.tensor(sample_count, dtype=torch.int64, device=val.device)
+        sample_count = int(distributed.sum_(count).item())
+    if sample_count == 0:
+        return None
+    candidates = largest_probabilities(val.probabilities(), sample_count * max(ks))
+    return average_k_thresholds(distributed.gather_concat(candidates), sample_count, ks)
 
 
 def metric_columns(evaluations: Mapping[str, tuple]) -> dict[str, float]:
