@@ -20,6 +20,7 @@ from topk.losses import (
     SmoothTopKSVM,
     TopKGroupingLoss,
     TopKHingeLoss,
+    TopKEntropyLoss,
     TopKTransitionLoss,
     TruncatedTopKEntropyLoss,
 )
@@ -40,6 +41,7 @@ LOSSES = {
     "topk_group": lambda: TopKGroupingLoss(2),
     "topk_transition": lambda: TopKTransitionLoss(2),
     "trunc_topk_entropy": lambda: TruncatedTopKEntropyLoss(2),
+    "topk_entropy": lambda: TopKEntropyLoss(2),
 }
 
 INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]

@@ -16,7 +16,10 @@ empty batch). The config name of each loss (``conf/loss/<name>.yaml``) is given 
 from torch.nn import CrossEntropyLoss  # ce
 
 from topk.losses.base import TopKLoss
-from topk.losses.entropy import TruncatedTopKEntropyLoss  # trunc_topk_entropy
+from topk.losses.entropy import (  # trunc_topk_entropy, topk_entropy
+    TopKEntropyLoss,
+    TruncatedTopKEntropyLoss,
+)
 from topk.losses.hinge import (  # hinge, cvx_hinge, cal_hinge
     CalibratedTopKHingeLoss,
     ConvexTopKHingeLoss,
@@ -37,6 +40,6 @@ from topk.losses.transition import (  # topk_group, topk_transition
 __all__ = [
     "CalibratedTopKHingeLoss", "ConvexTopKHingeLoss", "CrossEntropyLoss", "FocalLoss", "LDAMLoss",
     "NoisedImbalancedTopKHingeLoss", "NoisedTopKHingeLoss", "SmoothTopKSVM", "TopKGroupingLoss",
-    "TopKHingeLoss", "TopKLoss", "TopKTransitionLoss", "TruncatedTopKEntropyLoss",
-    "topk_membership",
+    "TopKEntropyLoss", "TopKHingeLoss", "TopKLoss", "TopKTransitionLoss",
+    "TruncatedTopKEntropyLoss", "topk_membership",
 ]
