@@ -10,13 +10,8 @@ import pytest
 from conftest import ROOT, run_cli
 from topk.errors import ConfigError
 from topk.records import find_results, latest_sweep_dir, write_history, write_results
-from topk.report.figures import (
-    load_runs,
-    make_figure,
-    make_s20_figure,
-    smallest_k_reaching,
-    summarise,
-)
+from topk.report.figures import make_figure, smallest_k_reaching, summarise
+from topk.report.runs import load_sweep
 
 
 def fake_record(status, loss, seed, d, top1, top2):
@@ -41,8 +36,7 @@ def test_summary_means_min_max_and_failed_runs(tmp_path):
     for index, record in enumerate(records):
         (tmp_path / str(index)).mkdir()
         write_results(tmp_path / str(index), record)
-    runs = load_runs(tmp_path, "dataset.d")
-    summary = summarise(runs, "dataset.d").set_index(["dataset.d", "loss"])
+    summary = summarise(load_sweep(tmp_path).runs, "dataset.d").set_index(["dataset.d", "loss"])
     ce = summary.loc[(30, "ce")]
     assert (ce["runs"], ce["not_completed"]) == (2, 1)
     assert (ce["top1_mean"], ce["top1_min"], ce["top1_max"]) == (85.0, 80.0, 90.0)
@@ -50,7 +44,7 @@ def test_summary_means_min_max_and_failed_runs(tmp_path):
     unfinished = summary.loc[(90, "topk_group")]
     assert (unfinished["runs"], unfinished["not_completed"]) == (0, 1)
     assert pd.isna(unfinished["top1_mean"])
-    files = make_s20_figure("s20_exp2", tmp_path, tmp_path / "figures")
+    files = make_figure("s20_exp2", tmp_path, tmp_path / "figures")
     assert files["png"].stat().st_size > 10_000
     table = pd.read_csv(files["csv"])
     assert len(table) == 3 and "not_completed" in table.columns
@@ -75,7 +69,7 @@ def test_sweep_with_a_failing_run_still_makes_the_figure(tmp_path):
     ])
     assert result.returncode != 0  # the sweep reports its failure ...
     assert "dataset.sigma is the width of a class in degrees and must be >= 0" in result.stderr
-    runs = load_runs(sweep_dir, "dataset.sigma")
+    runs = load_sweep(sweep_dir).runs
     assert sorted(runs["status"]) == ["completed", "completed", "failed", "failed"]
     out = tmp_path / "figures"
     figure = run_cli_script(["s20_exp1", "--sweep-dir", str(sweep_dir), "--out", str(out)])

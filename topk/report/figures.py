@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from topk.report.cells import (
     summarise_groups,
 )
 from topk.report.render import FigureText
-from topk.report.runs import Sweep, column, load_sweep, read_history, read_sweep
+from topk.report.runs import Sweep, column, read_history, read_sweep
 
 
 @dataclass(frozen=True)
@@ -44,7 +43,8 @@ S20_FIGURES = {
     "s20_exp3": SweepFigure("model.hidden", "hidden units m", "S20 Exp. 3 (Fig. 4): MLP width m",
                             log_x=True),
 }
-LOSS_ORDER = ["ce", "topk_group", "topk_transition"]
+S20_METRICS = ("top1", "top2")
+LOSS_ORDER = {"ce": 0, "topk_group": 1, "topk_transition": 2}  # S20 Figs. 2–4; the others after
 LOSS_NAMES = {"ce": "CE", "smooth_svm": "smooth top-{k} SVM", "topk_group": "top-{k} grouping",
               "topk_transition": "top-{k} transition", "hinge": "top-{k} hinge",
               "noised_bal": "noised top-{k} hinge"}
@@ -94,32 +94,18 @@ def _pyplot():
 # ------------------------------------------------------------------------ S20 synthetic (Figs. 2–4)
 
 
-def runs_table(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
-    """One row per run: status, loss, seed, the swept parameter and test metrics (empty
-    unless the run completed)."""
+def summarise(runs: pd.DataFrame, parameter: str) -> pd.DataFrame:
+    """S20 Figs. 2–4 per (value of ``params.<parameter>``, loss): completed runs, runs that did
+    not complete, and the mean, min and max of test top-1 and top-2 over the completed ones."""
     done = runs["status"] == "completed"
-    table = {"run_dir": runs["run_dir"], "status": runs["status"], "loss": runs["loss"],
-             "seed": runs["seed"], parameter: column(runs, f"params.{parameter}"),
-             **{f"test/{m}": column(runs, f"test.{m}").where(done, None) for m in metrics}}
-    return pd.DataFrame({name: values.tolist() for name, values in table.items()})
-
-
-def load_runs(sweep_dir: Path, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
-    return runs_table(load_sweep(sweep_dir).runs, parameter, metrics)
-
-
-def summarise(runs: pd.DataFrame, parameter: str, metrics=("top1", "top2")) -> pd.DataFrame:
-    """Per (parameter value, loss): completed runs, runs that did not complete, and the mean,
-    min and max of each test metric over the completed ones."""
-    runs = runs.assign(completed=runs["status"].eq("completed"))
-    aggregations = {}
-    for metric in metrics:
-        runs[f"test/{metric}"] = pd.to_numeric(runs[f"test/{metric}"])
-        aggregations.update({f"{metric}_{s}": (f"test/{metric}", s) for s in ("mean", "min", "max")})
-    summary = runs.groupby([parameter, "loss"]).agg(
+    table = pd.DataFrame({
+        parameter: column(runs, f"params.{parameter}").tolist(), "loss": runs["loss"].tolist(),
+        "completed": done.tolist(),
+        **{m: pd.to_numeric(column(runs, f"test.{m}").where(done, None).tolist()) for m in S20_METRICS}})
+    summary = table.groupby([parameter, "loss"]).agg(
         runs=("completed", "sum"), not_completed=("completed", lambda done: int((~done).sum())),
-        **aggregations).reset_index()
-    order = summary["loss"].map(lambda name: LOSS_ORDER.index(name) if name in LOSS_ORDER else 3)
+        **{f"{m}_{s}": (m, s) for m in S20_METRICS for s in ("mean", "min", "max")}).reset_index()
+    order = summary["loss"].map(lambda name: LOSS_ORDER.get(name, 3))
     return (summary.assign(_order=order).sort_values([parameter, "_order"])
             .drop(columns="_order").reset_index(drop=True))
 
@@ -129,7 +115,7 @@ def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
     fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     values = summary[figure.parameter].astype(float)
     span = float(values.max() - values.min()) or 1.0
-    for axis, metric in zip(axes, ("top1", "top2")):
+    for axis, metric in zip(axes, S20_METRICS):
         for index, (loss, group) in enumerate(summary.groupby("loss", sort=False)):
             x = group[figure.parameter].astype(float)  # markers spread apart a little
             x = x * 1.04 ** (index - 1) if figure.log_x else x + (index - 1) * 0.01 * span
@@ -148,11 +134,11 @@ def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
 def s20_synthetic(experiment: str, sweep: Sweep):
     """S20 Figs. 2–4: the summary, the best loss per setting, and S20's claims."""
     figure = S20_FIGURES[experiment]
-    summary = summarise(runs_table(sweep.runs, figure.parameter), figure.parameter)
+    summary = summarise(sweep.runs, figure.parameter)
     leaders = []  # per setting: the best loss(es) (0.05-point ties) and CE's lead
     for value, group in summary.groupby(figure.parameter, sort=True):
         row = {figure.parameter: value}
-        for metric in ("top1", "top2"):
+        for metric in S20_METRICS:
             means = group.set_index("loss")[f"{metric}_mean"].dropna()
             row[f"best_{metric}"] = " = ".join(best_of(means))
             if "ce" in means.index and len(means) > 1:
@@ -173,21 +159,22 @@ def s20_synthetic(experiment: str, sweep: Sweep):
 # ------------------------------------------------------------------------ line figures
 
 
-def summarise_points(entries: list[dict], expected_seeds: int | None, line_name: str,
-                     x_name: str, value_name: str, line_order=(), unit="seeds") -> pd.DataFrame:
-    """One row per (line, x) of :func:`observation` entries, lines in order and x ascending:
-    ``<value_name>_mean`` and ``_std`` over completed runs, the cell counts and their text."""
+def summarise_points(entries: list[dict], expected_seeds: int | None, names: tuple[str, str, str],
+                     line_order=(), unit="seeds") -> pd.DataFrame:
+    """One row per (line, x) of :func:`observation` entries, lines in order and x ascending (none
+    last), columns ``names`` = (line, x, value): ``<value>_mean`` and ``_std`` over completed
+    runs, the cell counts and their text."""
+    line_name, x_name, value_name = names
     cells = summarise_groups(entries, ("line", "x"), expected_seeds)
     rank = {line: i for i, line in enumerate(in_order([line for line, _ in cells], line_order))}
 
-    def position(item):  # lines in order, then x ascending (none last)
+    def position(item):
         (line, x), _ = item
         return rank[line], number(x) is None, number(x) or 0.0
 
     rows = [{line_name: line, x_name: x, f"{value_name}_mean": cell["mean"],
              f"{value_name}_std": cell["std"], **{k: cell[k] for k in (*COUNTS, "seeds")},
-             "counts": count_text(cell, unit)}
-            for (line, x), cell in sorted(cells.items(), key=position)]
+             "counts": count_text(cell, unit)} for (line, x), cell in sorted(cells.items(), key=position)]
     frame = pd.DataFrame(rows, columns=[line_name, x_name, f"{value_name}_mean",
                                         f"{value_name}_std", *COUNTS, "seeds", "counts"])
     xs = pd.to_numeric(frame[x_name], errors="coerce")
@@ -197,17 +184,18 @@ def summarise_points(entries: list[dict], expected_seeds: int | None, line_name:
     return frame
 
 
-def line_figure(points: pd.DataFrame, line_name: str, x_name: str, value_name: str,
-                label: Callable[[object], str], labels: tuple[str, str, str]):
-    """Each line's mean against x with a ± std band on axes with ``labels`` (x, y, title);
-    returns the figure, its axis and each drawn line's colour."""
+def line_figure(points: pd.DataFrame, names: tuple[str, str, str], label, titles: tuple[str, str, str]):
+    """Each line's mean against x (``names`` as in :func:`summarise_points`) with a ± std band,
+    labelled ``label(line)``, on axes with ``titles`` (x, y, title); returns the figure, its axis
+    and each drawn line's colour."""
     from matplotlib.ticker import MaxNLocator
 
+    line_name, x_name, value_name = names
     fig, axis = _pyplot().subplots(figsize=(7, 4.5), constrained_layout=True)
-    axis.set(xlabel=labels[0], ylabel=labels[1])
+    axis.set(xlabel=titles[0], ylabel=titles[1])
     axis.grid(alpha=0.3)
     axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_title(labels[2], fontsize=9)
+    axis.set_title(titles[2], fontsize=9)
     mean, std = f"{value_name}_mean", f"{value_name}_std"
     colours = {}
     for line, group in points.groupby(line_name, sort=False, dropna=False):
@@ -229,7 +217,7 @@ def line_figure(points: pd.DataFrame, line_name: str, x_name: str, value_name: s
 # ------------------------------------------------------------------------ S20 Fig. 6 (s20_cifar)
 
 
-def choose_panel(runs: pd.DataFrame, wanted: Mapping) -> tuple[dict, pd.DataFrame, list[str]]:
+def choose_panel(runs: pd.DataFrame, wanted: dict) -> tuple[dict, pd.DataFrame, list[str]]:
     """The runs of one panel, key by key; a wanted value no run has falls back to the
     commonest one left (ties: first by name), with one sentence saying so."""
     panel, notes = {}, []
@@ -253,24 +241,12 @@ def smallest_k_reaching(points: pd.DataFrame, target: float = 99.0) -> dict:
             for loss in points["loss"].unique()}
 
 
-def accuracy_by_k(points: pd.DataFrame, labels: Mapping) -> pd.DataFrame:
-    """k rows × loss columns of mean accuracy, and the best loss(es) per k (0.05-point ties)."""
-    means = points.dropna(subset=["k"]).pivot(index="k", columns="loss", values="accuracy_mean")
-    means = means[[loss for loss in dict.fromkeys(points["loss"]) if loss in means.columns]]
-    table = pd.DataFrame({"k": means.index.astype(int)})
-    for loss in means.columns:
-        table[labels.get(loss, loss)] = [fmt(value) for value in means[loss]]
-    table["best"] = [" = ".join(labels.get(loss, loss) for loss in best_of(row))
-                     for _, row in means.iterrows()]
-    return table
-
-
-def s20_loss_table(points, panel: Mapping, reached: Mapping, labels: Mapping) -> pd.DataFrame:
-    """Per loss: runs, top-1 / top-5 and the smallest k reaching 99 %, beside S20's."""
+def s20_cifar_sections(points: pd.DataFrame, panel: dict, labels: dict, last_k: int) -> list:
+    """S20 Fig. 6's markdown tables: per loss, top-1, top-5 and the smallest k reaching 99 %
+    beside S20 Table I and §IV-B; the mean accuracy per k with the best loss(es)."""
     paper = paper_results.load("s20_table1_cifar100")
     paper = paper[(paper["model"] == panel["model"]) & (paper["augment"] == panel["augment"])]
-    paper = paper.set_index("loss")
-    rows = []
+    paper, reached, rows = paper.set_index("loss"), smallest_k_reaching(points), []
     for loss in in_order(points["loss"].unique(), S20_CIFAR_LOSSES):
         mine = points[points["loss"] == loss].set_index("k")
         at = {k: (mine.at[k, "accuracy_mean"], mine.at[k, "accuracy_std"]) if k in mine.index
@@ -282,7 +258,15 @@ def s20_loss_table(points, panel: Mapping, reached: Mapping, labels: Mapping) ->
                      "S20 Table I top-5": fmt(paper["top5"].get(loss)),
                      "smallest k ≥ 99 %": "no run" if mine.empty else str(reached.get(loss) or "none"),
                      "S20 smallest k ≥ 99 %": S20_K_AT_99.get(loss, "–")})
-    return pd.DataFrame(rows)
+    means = points.dropna(subset=["k"]).pivot(index="k", columns="loss", values="accuracy_mean")
+    means = means[[loss for loss in dict.fromkeys(points["loss"]) if loss in means.columns]]
+    by_k = pd.DataFrame({"k": means.index.astype(int),
+                         **{labels.get(loss, loss): means[loss].map(fmt).to_numpy() for loss in means}})
+    by_k["best"] = [" = ".join(labels.get(loss, loss) for loss in best_of(row))
+                    for _, row in means.iterrows()]
+    return [(f"Per loss: top-1 and top-5 (S20 Table I selects top-1 by val top-1 and top-5 by val "
+             f"top-5), and the smallest k ≤ {last_k} whose mean reaches 99 %:", pd.DataFrame(rows)),
+            ("Mean test top-k accuracy (%) per k (best: within 0.05 points of the best mean):", by_k)]
 
 
 def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
@@ -294,11 +278,9 @@ def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
     ks = sorted(int(m.group(1)) for name in runs.columns
                 if (m := re.fullmatch(r"test\.top(\d+)", name)) and done[name].notna().any())
     ks = ks or list(range(1, 31))
-    entries = [observation(status, seed, runs.at[i, f"test.top{k}"] if f"test.top{k}" in runs
-                           else None, line=loss, x=k)
-               for i, status, seed, loss in zip(runs.index, runs["status"], runs["seed"],
-                                                runs["loss"]) for k in ks]
-    points = summarise_points(entries, sweep.seeds, "loss", "k", "accuracy", S20_CIFAR_LOSSES)
+    entries = [observation(status, seed, value, line=loss, x=k) for k in ks for status, seed, loss, value
+               in zip(runs["status"], runs["seed"], runs["loss"], column(runs, f"test.top{k}"))]
+    points = summarise_points(entries, sweep.seeds, ("loss", "k", "accuracy"), S20_CIFAR_LOSSES)
     reached = smallest_k_reaching(points)
     points["smallest_k_99"] = points["loss"].map(lambda loss: str(reached.get(loss) or "none"))
     labels = {loss: loss_display(loss, 5) for loss in S20_CIFAR_LOSSES}
@@ -308,16 +290,10 @@ def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
                   f", models selected by {panel['selection_metric']} ({len(runs)} runs); test "
                   f"top-k accuracy (%) for k = {ks[0]}…{ks[-1]}, mean ± std (ddof=1) over "
                   f"completed seeds. {COUNTS_LEGEND}", *notes, CLAIMS["s20_cifar"]]
-    sections = [
-        (f"Per loss: top-1 and top-5 (S20 Table I selects top-1 by val top-1 and top-5 by val "
-         f"top-5), and the smallest k ≤ {ks[-1]} whose mean reaches 99 %:",
-         s20_loss_table(points, panel, reached, labels)),
-        ("Mean test top-k accuracy (%) per k (best: within 0.05 points of the best mean):",
-         accuracy_by_k(points, labels))]
     text = FigureText("s20_cifar", "S20 Fig. 6: CIFAR-100 test top-k accuracy against k",
-                      paragraphs, sections, points)
+                      paragraphs, s20_cifar_sections(points, panel, labels, ks[-1]), points)
     fig, axis, _ = line_figure(
-        points, "loss", "k", "accuracy", lambda loss: labels.get(loss, loss),
+        points, ("loss", "k", "accuracy"), lambda loss: labels.get(loss, loss),
         ("k", "top-k test accuracy (%)", f"S20 Fig. 6: CIFAR-100, {panel['model']} + "
          f"{panel['augment']}, selected by {panel['selection_metric']}; mean over seeds, "
          "band ± std"))
@@ -353,8 +329,8 @@ def g22_time(sweep: Sweep):
     entries = [observation(status, seed, ratio, line=line, x=k) for status, seed, ratio, line, k
                in zip(runs["status"], runs["seed"], tables.g22_ratio(runs), tables.g22_line(runs),
                       tables.run_k(runs))]
-    ours = summarise_points(entries, sweep.seeds, "line", "k", "ratio_to_ce", G22_LINES_FIRST,
-                            unit="runs")
+    names = ("line", "k", "ratio_to_ce")
+    ours = summarise_points(entries, sweep.seeds, names, G22_LINES_FIRST, unit="runs")
     ours.insert(0, "source", "ours")
     published = paper_results.load("g22_fig3_epoch_time")
     published = pd.concat([published[published["loss"] == "ce"].assign(ratio_to_ce=1.0),
@@ -366,14 +342,12 @@ def g22_time(sweep: Sweep):
     paragraphs = [sweep.header(), *tables.g22_time_notes(runs),
                   "ours: mean ± std (ddof=1) of the ratio over the runs at that K (CE and smooth "
                   f"SVM are timed once per B, as repeats). {COUNTS_LEGEND}", CLAIMS["g22_time"]]
-    sections = [("Epoch time / CE epoch time:", g22_time_table(ours, paper))]
-    text = FigureText("g22_time", "G22 Fig. 3: time per epoch against K, as a ratio to "
-                      "cross-entropy", paragraphs, sections,
+    title = "G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy"
+    text = FigureText("g22_time", title, paragraphs,
+                      [("Epoch time / CE epoch time:", g22_time_table(ours, paper))],
                       pd.concat([ours, paper], ignore_index=True))
-    fig, axis, colours = line_figure(
-        ours, "line", "k", "ratio_to_ce", str,
-        ("K", "epoch time / mean CE epoch time", "G22 Fig. 3: time per epoch against K, as a "
-         "ratio to cross-entropy (lines: ours, mean ± std; stars: G22)"))
+    fig, axis, colours = line_figure(ours, names, str, (
+        "K", "epoch time / mean CE epoch time", f"{title} (lines: ours, mean ± std; stars: G22)"))
     for index, (line, group) in enumerate(paper.groupby("line", sort=False)):
         axis.scatter(group["k"], group["ratio_to_ce_mean"], marker="*", s=160, zorder=3,
                      color=colours.get(line, f"C{len(colours) + index}"), edgecolors="black",
@@ -390,9 +364,8 @@ def b18_tau_observations(runs: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """Per-epoch and last-epoch top-5 training error (100 − ``train/top5`` where ``history.csv``
     logged it) of the smooth SVM / hinge runs by τ; a run without any gives one, without x."""
     per_epoch, last = [], []
-    taus = [number(tau) for tau in tables.b18_tau(runs)]
-    for tau, loss, status, seed, run_dir in zip(taus, runs["loss"], runs["status"], runs["seed"],
-                                                runs["run_dir"]):
+    for tau, loss, status, seed, run_dir in zip(tables.b18_tau(runs), runs["loss"], runs["status"],
+                                                runs["seed"], runs["run_dir"]):
         if loss not in ("smooth_svm", "hinge"):
             continue
         history = read_history(run_dir) if status == "completed" else None
@@ -402,9 +375,10 @@ def b18_tau_observations(runs: pd.DataFrame) -> tuple[list[dict], list[dict]]:
             logged = accuracy.notna()
             errors = list(zip(history["epoch"][logged].astype(int).to_numpy(),
                               100.0 - accuracy[logged].to_numpy()))
-        per_epoch += [observation(status, seed, error, line=tau, x=epoch)
+        per_epoch += [observation(status, seed, error, line=number(tau), x=epoch)
                       for epoch, error in errors or [(None, None)]]
-        last.append(observation(status, seed, errors[-1][1] if errors else None, line=tau, x=None))
+        last.append(observation(status, seed, errors[-1][1] if errors else None,
+                                line=number(tau), x=None))
     return per_epoch, last
 
 
@@ -435,8 +409,9 @@ def b18_tau(sweep: Sweep):
     """B18 Fig. 2a; the CSV has one row per (τ, epoch), the markdown the last epoch beside
     B18 Table 6's training accuracy."""
     per_epoch, last = b18_tau_observations(sweep.runs)
-    points = summarise_points(per_epoch, sweep.seeds, "tau", "epoch", "train_top5_error")
-    final = summarise_points(last, sweep.seeds, "tau", "epoch", "train_top5_error")
+    names = ("tau", "epoch", "train_top5_error")
+    points = summarise_points(per_epoch, sweep.seeds, names)
+    final = summarise_points(last, sweep.seeds, names)
     paragraphs = [
         sweep.header(), "Top-5 training error (%) = 100 − `train/top5` of each run's "
         "`history.csv` on the epochs where it was logged; mean ± std (ddof=1) over completed "
@@ -448,8 +423,7 @@ def b18_tau(sweep: Sweep):
     text = FigureText("b18_tau", "B18 Fig. 2a: top-5 training error per temperature τ",
                       paragraphs, sections, points)
     fig, axis, _ = line_figure(
-        points, "tau", "epoch", "train_top5_error",
-        lambda tau: f"τ = {'–' if number(tau) is None else f'{tau:g}'}",
+        points, names, lambda tau: f"τ = {'–' if number(tau) is None else f'{tau:g}'}",
         ("epoch", "top-5 training error (%)", "B18 Fig. 2a: smooth top-5 SVM, top-5 training "
          "error per temperature τ (mean over seeds)"))
     axis.axhline(95.0, color="grey", linestyle="--", linewidth=1,
@@ -467,7 +441,8 @@ FIGURE_IDS = tuple(FIGURES)
 
 
 def build_figure(figure_id: str, sweep_dir: Path, **panel):
-    """``(matplotlib figure, its FigureText)`` of one figure of ``sweep_dir``."""
+    """``(matplotlib figure, its FigureText)`` of one figure of ``sweep_dir``; ``panel``
+    (``model``, ``augment``, ``selection``) chooses a panel of ``s20_cifar``."""
     if figure_id not in FIGURES:
         raise ValueError(f"unknown figure {figure_id!r}; choose one of {', '.join(FIGURES)}")
     if panel and figure_id != "s20_cifar":
@@ -475,12 +450,12 @@ def build_figure(figure_id: str, sweep_dir: Path, **panel):
     return FIGURES[figure_id](read_sweep(sweep_dir, figure_id), **panel)
 
 
-def write_figure(figure_id: str, built: tuple, out_dir: Path) -> dict[str, Path]:
-    """Write :func:`build_figure`'s result as ``<out_dir>/<figure_id>.{png,csv,md}``."""
+def write_figure(built: tuple, out_dir: Path) -> dict[str, Path]:
+    """Write :func:`build_figure`'s result as ``<out_dir>/<figure id>.{png,csv,md}``."""
     figure, text = built
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    files = {kind: out_dir / f"{figure_id}.{kind}" for kind in ("png", "csv", "md")}
+    files = {kind: out_dir / f"{text.id}.{kind}" for kind in ("png", "csv", "md")}
     figure.savefig(files["png"], dpi=110)
     _pyplot().close(figure)
     text.tidy.to_csv(files["csv"], index=False)
@@ -489,12 +464,5 @@ def write_figure(figure_id: str, built: tuple, out_dir: Path) -> dict[str, Path]
 
 
 def make_figure(figure_id: str, sweep_dir: Path, out_dir: Path, **panel) -> dict[str, Path]:
-    """:func:`build_figure` then :func:`write_figure`; ``panel`` (``model``, ``augment``,
-    ``selection``) chooses a panel of ``s20_cifar``."""
-    return write_figure(figure_id, build_figure(figure_id, sweep_dir, **panel), out_dir)
-
-
-def make_s20_figure(experiment: str, sweep_dir: Path, out_dir: Path) -> dict[str, Path]:
-    if experiment not in S20_FIGURES:
-        raise ValueError(f"unknown figure {experiment!r}; choose one of {', '.join(S20_FIGURES)}")
-    return make_figure(experiment, sweep_dir, out_dir)
+    """:func:`build_figure` then :func:`write_figure`."""
+    return write_figure(build_figure(figure_id, sweep_dir, **panel), out_dir)

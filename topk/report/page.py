@@ -128,7 +128,7 @@ def build_outputs(item: Item, page_dir: Path) -> None:
                        *sections_html(table)]
     if item.id in FIGURES:
         built = build_figure(item.id, sweep_dir)
-        files, text = write_figure(item.id, built, page_dir / "figures"), built[1]
+        files, text = write_figure(built, page_dir / "figures"), built[1]
         formats = " · ".join(link(path, kind, page_dir) for kind, path in files.items())
         item.parts += [f"<h3>{html.escape(text.title)}</h3>",
                        f'<img src="{html.escape(os.path.relpath(files["png"], page_dir))}" '

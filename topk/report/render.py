@@ -31,32 +31,24 @@ class Table:
     heading = "### "  # before each caption
 
     def markdown(self) -> str:
-        """Frames with multi-level column names joined by " · " (numbers as they stand, or
+        """Frames with multi-level column names joined by " · " (text as it stands, or numbers
         formatted with ``floatfmt``)."""
         parts = [f"# {self.title}", "", *[line for text in self.preamble for line in (text, "")]]
         for caption, frame in self.sections:
             parts += [self.heading + caption, ""] if caption else []
-            if self.floatfmt:
-                parts += [frame.to_markdown(index=self.index, floatfmt=self.floatfmt), ""]
-                continue
-            frame = frame.copy()
             if isinstance(frame.columns, pd.MultiIndex):
-                frame.columns = [" · ".join(str(part) for part in key if part != "")
-                                 for key in frame.columns]
+                frame = frame.set_axis([" · ".join(str(part) for part in key if part != "")
+                                        for key in frame.columns], axis=1)
             frame = frame.reset_index() if self.index else frame
-            parts += [frame.to_markdown(index=False, disable_numparse=True), ""]
+            parts += [frame.to_markdown(index=False, disable_numparse=not self.floatfmt,
+                                        floatfmt=self.floatfmt or "g"), ""]
         return "\n".join(parts)
 
     def latex(self) -> str:
-        def escape(key):
-            return tuple(map(latex_escape, key)) if isinstance(key, tuple) else latex_escape(key)
-
         parts = [f"% {self.title}"] + [f"% {line}" for line in self.preamble]
         for caption, frame in self.sections:
-            escaped = frame.map(latex_escape)
-            escaped.index = frame.index.map(escape)
+            escaped = frame.map(latex_escape).rename(index=latex_escape, columns=latex_escape)
             escaped.index.names = [latex_escape(name) for name in frame.index.names]
-            escaped.columns = frame.columns.map(escape)
             caption = latex_escape(f"{self.title}: {caption}" if caption else self.title)
             parts.append(escaped.to_latex(escape=False, multicolumn=True, multicolumn_format="c",
                                           multirow=False, caption=caption, label=None))

@@ -66,16 +66,10 @@ def sweep_size(value) -> int | None:
         args = [float(arg) for arg in call.group(2).split(",")]
         start, stop, step = (0.0, args[0], 1.0) if len(args) == 1 else (*args, 1.0)[:3]
         return max(0, math.ceil((stop - start) / step))
-    depth, quote, items = 0, None, 1  # comma-separated items outside brackets and quotes
-    for char in text:
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "'\"":
-            quote = char
-        else:
-            depth += (char in "([{") - (char in ")]}")
-            items += char == "," and depth == 0
-    return items
+    text, previous = re.sub(r"'[^']*'|\"[^\"]*\"", "", text), None
+    while previous != text:  # drop quoted and bracketed parts: their commas separate no items
+        previous, text = text, re.sub(r"\([^()]*\)|\[[^][]*\]|\{[^{}]*\}", "", text)
+    return text.count(",") + 1
 
 
 def expected_runs(sweep_dir: Path) -> tuple[int | None, int | None]:

@@ -24,19 +24,14 @@ SPEED_COLUMNS = {  # wide column → (tidy column, digits, sign)
     ("backward", "paper ratio"): ("paper_ratio_backward", 1, False)}
 
 
-def published_seconds(pass_: str) -> pd.DataFrame:
-    """B18 Table 3 (``forward``) or 4 (``backward``): seconds per n, a column per algorithm."""
-    paper = paper_results.load("b18_tables3_4_speed")
-    return paper[paper["pass"] == pass_].pivot(index="n_classes", columns="algorithm",
-                                               values="seconds")
-
-
 def speed_rows(bench: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """B18 Table 3: summation / divide-and-conquer forward time per n, ours beside the paper's;
     B18 Table 4: the paper's autograd / custom backward time (losses.json has no backward)."""
+    published = paper_results.load("b18_tables3_4_speed").pivot(
+        index=["pass", "n_classes"], columns="algorithm", values="seconds")
     keys = ["n", "divide_conquer_log_seconds", "summation_seconds", "summation_over_divide_conquer"]
     ours = pd.DataFrame(bench.get("log_esp_forward", []), columns=keys).astype(float)
-    paper = published_seconds("forward").rename_axis("n").reset_index()
+    paper = published.loc["forward"].rename_axis("n").reset_index()
     both = ours.merge(paper, on="n", how="outer").sort_values("n", kind="stable")
     paper_ratio = both["summation"] / both["divide_conquer"]
     forward = pd.DataFrame({
@@ -47,7 +42,7 @@ def speed_rows(bench: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
         "paper_divide_conquer_s": both["divide_conquer"], "paper_summation_s": both["summation"],
         "paper_ratio": paper_ratio, "diff": both["summation_over_divide_conquer"] - paper_ratio,
     }).reset_index(drop=True)
-    backward = published_seconds("backward")
+    backward = published.loc["backward"]
     backward = pd.DataFrame({"section": "backward", "n": backward.index.astype(int),
                              "paper_ratio": (backward["autograd"] / backward["custom"]).to_numpy()})
     return forward, backward

@@ -141,8 +141,7 @@ class TableSpec:
     columns: Mapping[str, Source] = field(default_factory=dict)
     metrics: Mapping[str, Source]
     paper_columns: Mapping[str, str] | None = None  # default: each metric's own name
-    include: Callable[[pd.DataFrame], pd.Series] | None = None  # runs belonging to the table
-    uses: Callable[[pd.DataFrame, str], pd.Series] | None = None  # runs counted per metric
+    uses: Callable[[pd.DataFrame, str], pd.Series] | None = None  # runs counted per metric (all)
     notes: Callable[[pd.DataFrame], list[str]] = lambda runs: []
     paper_transform: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     split_metrics: bool = False  # one table per metric, as the paper prints them
@@ -181,7 +180,7 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
     TableSpec(id="b18_tau", paper="b18_table6_temperature", rows={"tau": b18_tau},
               title="B18 Table 6: temperature τ of the smooth top-5 SVM, top-5 accuracy (%)",
               metrics={"train_top5": train_top5_at_best, "test_top5": "test.top5"},
-              include=lambda runs: runs["loss"].isin(["smooth_svm", "hinge"])),
+              uses=lambda runs, metric: runs["loss"].isin(["smooth_svm", "hinge"])),
     TableSpec(id="g22_epsilon", paper="g22_table2_epsilon", rows={"epsilon": "params.loss.epsilon"},
               title="G22 Table 2: noise level ε of the noised top-5 hinge, val top-5 (%)",
               metrics={"val_top5": "val.top5"}),
@@ -203,7 +202,7 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
     TableSpec(id="g22_time", paper="g22_fig3_epoch_time", rows={"k": "params.loss.k"},
               title="G22 Fig. 3: time per epoch as a ratio to cross-entropy",
               columns={"loss": g22_line}, metrics={"ratio_to_ce": g22_ratio},
-              include=lambda runs: runs["loss"] != "ce", notes=g22_time_notes,
+              uses=lambda runs, metric: runs["loss"] != "ce", notes=g22_time_notes,
               paper_transform=g22_time_paper, sort_columns=True, unit="ratio units"),
 ]}
 
@@ -214,15 +213,14 @@ def observations(spec: TableSpec, runs: pd.DataFrame) -> list[dict]:
         return column(runs, source) if isinstance(source, str) else source(runs)
 
     keys = {name: series(source) for name, source in {**spec.rows, **spec.columns}.items()}
-    values = {metric: series(source) for metric, source in spec.metrics.items()}
-    uses = {m: spec.uses(runs, m) if spec.uses else None for m in spec.metrics}
-    included = spec.include(runs) if spec.include else pd.Series(True, index=runs.index)
     entries = []
-    for i in runs.index[included.to_numpy(dtype=bool)]:
-        row, col = spec.keys({name: values[i] for name, values in keys.items()})
-        entries += [observation(runs.at[i, "status"], runs.at[i, "seed"], values[m][i],
-                                  row=row, column=col, metric=m)
-                    for m in spec.metrics if uses[m] is None or uses[m][i]]
+    for metric, source in spec.metrics.items():
+        values = series(source)
+        used = spec.uses(runs, metric) if spec.uses else pd.Series(True, index=runs.index)
+        for i in runs.index[used.to_numpy(dtype=bool)]:
+            row, col = spec.keys({name: key[i] for name, key in keys.items()})
+            entries.append(observation(runs.at[i, "status"], runs.at[i, "seed"], values[i],
+                                       row=row, column=col, metric=metric))
     return entries
 
 
@@ -251,18 +249,16 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     columns = ordered([e["column"] for e in entries], [*spec.column_order, *paper["column"]],
                         sort_all=spec.sort_columns)
     out = []
-    for (row_rank, row), (column_rank, col) in itertools.product(enumerate(rows),
-                                                                 enumerate(columns)):
-        for metric in spec.metrics:
-            if (row, col, metric) not in ours and (row, col, metric) not in published:
-                continue
-            cell = ours.get((row, col, metric)) or summarise_cell([], sweep.seeds)
-            value, std = published.get((row, col, metric), (math.nan, None))
-            out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
-                        "metric": metric, **cell, "counts": count_text(cell), "paper": value,
-                        "paper_std": math.nan if std is None else std, "diff": cell["mean"] - value,
-                        "_row": row, "_column": col, "_row_rank": row_rank,
-                        "_column_rank": column_rank})
+    for (row_rank, row), (column_rank, col), metric in itertools.product(
+            enumerate(rows), enumerate(columns), spec.metrics):
+        if (key := (row, col, metric)) not in ours and key not in published:
+            continue
+        cell = ours.get(key) or summarise_cell([], sweep.seeds)
+        value, std = published.get(key, (math.nan, None))
+        out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
+                    "metric": metric, **cell, "counts": count_text(cell), "paper": value,
+                    "paper_std": math.nan if std is None else std, "diff": cell["mean"] - value,
+                    "_row": row, "_column": col, "_row_rank": row_rank, "_column_rank": column_rank})
     return pd.DataFrame(out)
 
 
@@ -274,7 +270,7 @@ def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFra
                      for k in ("_row", "_column"))
     texts = {}
     for cell in cells.to_dict("records"):
-        counts = count_text(cell)
+        counts = cell["counts"]
         ours = (f"{mean_text(cell['mean'], cell['std'])} ({counts})" if cell["n"]
                 else counts if counts == "no run" else f"– ({counts})")
         texts[cell["_row"], cell["_column"], cell["metric"]] = {
