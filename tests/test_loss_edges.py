@@ -13,6 +13,7 @@ from topk.errors import NonFiniteLossError
 from topk.losses import (
     CalibratedTopKHingeLoss,
     ConvexTopKHingeLoss,
+    DiffSortTopKCrossEntropyLoss,
     FocalLoss,
     LDAMLoss,
     NoisedImbalancedTopKHingeLoss,
@@ -42,6 +43,7 @@ LOSSES = {
     "topk_transition": lambda: TopKTransitionLoss(2),
     "trunc_topk_entropy": lambda: TruncatedTopKEntropyLoss(2),
     "topk_entropy": lambda: TopKEntropyLoss(2),
+    "diffsort_topk_ce": lambda: DiffSortTopKCrossEntropyLoss(p_k=[0.5, 0.0, 0.5]),
 }
 
 INTEGER_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8]

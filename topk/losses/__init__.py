@@ -16,6 +16,7 @@ empty batch). The config name of each loss (``conf/loss/<name>.yaml``) is given 
 from torch.nn import CrossEntropyLoss  # ce
 
 from topk.losses.base import TopKLoss
+from topk.losses.diffsort import DiffSortTopKCrossEntropyLoss  # diffsort_topk_ce
 from topk.losses.entropy import (  # trunc_topk_entropy, topk_entropy
     TopKEntropyLoss,
     TruncatedTopKEntropyLoss,
@@ -38,7 +39,8 @@ from topk.losses.transition import (  # topk_group, topk_transition
 )
 
 __all__ = [
-    "CalibratedTopKHingeLoss", "ConvexTopKHingeLoss", "CrossEntropyLoss", "FocalLoss", "LDAMLoss",
+    "CalibratedTopKHingeLoss", "ConvexTopKHingeLoss", "CrossEntropyLoss", "DiffSortTopKCrossEntropyLoss",
+    "FocalLoss", "LDAMLoss",
     "NoisedImbalancedTopKHingeLoss", "NoisedTopKHingeLoss", "SmoothTopKSVM", "TopKGroupingLoss",
     "TopKEntropyLoss", "TopKHingeLoss", "TopKLoss", "TopKTransitionLoss",
     "TruncatedTopKEntropyLoss", "topk_membership",
