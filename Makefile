@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet b18_tau \
-               g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time
+               g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time \
+               p22_cifar p22_imagenet zoo_cifar100 zoo_plantnet
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
 .PHONY: install install-peers demo test test-all lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report clean \
@@ -25,7 +26,7 @@ demo: install
 test: install
 	$(PY) -m pytest -q -m "not slow"
 
-# Everything, including cases marked slow (none are so far).
+# Everything, including the cases marked slow (the inductor-compiled diffsort_topk_ce).
 test-all: install
 	$(PY) -m pytest -q
 

@@ -191,6 +191,52 @@ def test_g22_time():
     assert (cfg.loss.k, cfg.loss.n_samples) == (10, 3) and cfg.trainer.epochs == 1
 
 
+P22_GRID = [[1, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0.5, 0, 0, 0, 0.5], [0.25, 0, 0, 0, 0.75],
+            [0.1, 0, 0, 0, 0.9], [0.2, 0.2, 0.2, 0.2, 0.2]]
+
+
+def test_p22_cifar_runs_p22s_cifar100_script():
+    params = sweep_params("p22_cifar")
+    assert params["loss.sorter"] == ["neuralsort", "softsort", "bitonic"] and params["loss.p_k"] == P22_GRID
+    cfg = compose_job("p22_cifar", **{"loss.sorter": "bitonic"})
+    assert cfg.model.name == "resnet18" and cfg.model.keep_maxpool and cfg.model.head == "linear"
+    assert cfg.optim._target_ == "torch.optim.Adam" and cfg.optim.lr == 1e-3 and cfg.optim.weight_decay == 0
+    assert list(cfg.schedule.milestones) == [] and (cfg.trainer.epochs, cfg.trainer.batch_size) == (200, 128)
+    assert (cfg.dataset.val_size, cfg.dataset.normalisation) == (2500, "cifar10")
+    assert cfg.augment.images.crop_padding == 4 and cfg.augment.images.flip
+    assert (cfg.loss.top1_mode, cfg.loss.m, cfg.loss.steepness) == ("smce", None, 0.5)
+    assert (cfg.loss.distribution, cfg.loss.art_lambda) == ("logistic_phi", 0.5)
+    for sorter in ("neuralsort", "softsort"):
+        assert compose_job("p22_cifar", **{"loss.sorter": sorter}).loss.steepness == 0.0625
+    assert compose_job("p22_cifar", **{"loss.steepness": 2}).loss.steepness == 2  # the command line wins
+
+
+def test_p22_imagenet_runs_p22s_embedding_script():
+    params = sweep_params("p22_imagenet")
+    assert params["loss.sorter"] == ["neuralsort", "softsort", "bitonic"] and params["loss.p_k"] == P22_GRID
+    cfg = compose_job("p22_imagenet", **{"loss.sorter": "neuralsort"})
+    assert cfg.dataset._target_.endswith("embeddings") and cfg.dataset.val_size == 50000
+    assert cfg.model._target_.endswith("LinearClassifier") and cfg.model.bias
+    assert cfg.optim._target_ == "torch.optim.Adam" and cfg.optim.lr == pytest.approx(10 ** -4.5)
+    assert (cfg.trainer.epochs, cfg.trainer.batch_size) == (20, 500)
+    assert (cfg.loss.m, cfg.loss.top1_mode, cfg.loss.steepness) == (16, "sm", 0.5)
+    assert compose_job("p22_imagenet", **{"loss.sorter": "bitonic"}).loss.steepness == 1.0
+
+
+@pytest.mark.parametrize("experiment,dataset,seeds", [("zoo_cifar100", "cifar", 2), ("zoo_plantnet", "plantnet", 1)])
+def test_zoo_runs_every_loss_on_one_protocol(experiment, dataset, seeds):
+    params = sweep_params(experiment)
+    assert sorted(params["loss"]) == sorted(path.stem for path in (CONF / "loss").glob("*.yaml"))
+    assert len(params["seed"]) == seeds
+    for loss in params["loss"]:
+        cfg = compose_job(experiment, loss=loss)
+        assert dataset in cfg.dataset._target_ and cfg.k == 5
+        assert cfg.trainer.selection_metric == ("val/top5" if dataset == "cifar" else "val/macro_top5")
+    for loss in ("ldam", "noised_imbal"):
+        assert compose_job(experiment, loss=loss).model.head == "cosine"
+    assert compose_job(experiment, loss="ce").model.head == "linear"
+
+
 def test_smoke_scale_shrinks_any_experiment_and_wins_over_it():
     for experiment in EXPERIMENTS:
         cfg = compose_config([f"+experiment={experiment}", "+scale=smoke"])

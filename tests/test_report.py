@@ -72,7 +72,7 @@ class Page(HTMLParser):
 
 def check_page(path: Path) -> Page:
     page = Page(path.read_text())
-    assert list(page.status) == list(ITEMS) and len(ITEMS) == 14
+    assert list(page.status) == list(ITEMS) and len(ITEMS) == 18  # 14 paper items, P22 and the zoo
     for src in page.images:
         assert (path.parent / src).is_file() and (path.parent / src).stat().st_size > 10_000, src
     local = [href for href in page.links if not href.startswith("#")]

@@ -413,3 +413,35 @@ def test_every_published_number_stands_in_its_cell(tmp_path, table_id):
                      & (tidy["metric"] == expected["metric"])]
         assert len(match) == 1, (table_id, expected["row"], expected["column"], expected["metric"])
         assert match.iloc[0]["paper"] == pytest.approx(expected["paper"])
+
+
+def test_p22_takes_test_top1_and_top5_each_at_its_own_best_validation_epoch(tmp_path):
+    history = [{"epoch": 1, "val/top1": 30.0, "val/top5": 60.0, "test/top1": 29.0, "test/top5": 58.0},
+               {"epoch": 2, "val/top1": 35.0, "val/top5": 59.0, "test/top1": 33.0, "test/top5": 57.0},
+               {"epoch": 3, "val/top1": 35.0, "val/top5": 58.0, "test/top1": 34.0, "test/top5": 56.0}]
+    grid = ([1, 0, 0, 0, 0], [0.5, 0, 0, 0, 0.5])
+    records = [record(loss="diffsort_topk_ce", params={"loss.p_k": p_k, "loss.sorter": sorter},
+                      test={"top1": 0.0, "top5": 0.0}) for p_k in grid for sorter in ("neuralsort", "bitonic")]
+    sweep = write_sweep(tmp_path / "s", records, histories=[history] * 4, experiment="p22_cifar")
+    table = build_table("p22_cifar", sweep_dir=sweep)
+    top1 = cell(table.tidy, p_K="(0.5, 0, 0, 0, 0.5)", sorter="bitonic", metric="top1")
+    assert top1["mean"] == 33.0 and math.isnan(top1["paper"])  # the first epoch with the best val top-1
+    assert cell(table.tidy, p_K="(1, 0, 0, 0, 0)", sorter="neuralsort", metric="top5")["mean"] == 58.0
+    assert [caption for caption, _ in table.sections] == ["top1", "top5"]
+    assert list(table.sections[0][1].index) == ["(0.5, 0, 0, 0, 0.5)", "(1, 0, 0, 0, 0)"]  # sorted
+
+
+def test_zoo_ranks_every_loss_best_top5_first(tmp_path):
+    test = {"ce": (70.0, 90.0, 85.0, 88.0), "smooth_svm": (69.0, 92.0, 86.0, 87.0),
+            "topk_entropy": (71.0, 91.0, 84.0, 89.0)}
+    records = [record(seed=seed, loss=loss, test=dict(zip(("top1", "top5", "macro_top5", "avg5"),
+                                                            (v + seed for v in values))))
+               for loss, values in test.items() for seed in (0, 1)]
+    records.append(record("failed", 0, "hinge"))
+    sweep = write_sweep(tmp_path / "s", records, experiment="zoo_cifar100")
+    table = build_table("zoo_cifar100", sweep_dir=sweep)
+    assert list(table.sections[0][1].index) == ["smooth_svm", "topk_entropy", "ce", "hinge"]
+    avg5 = cell(table.tidy, loss="topk_entropy", metric="avg5")
+    assert (avg5["mean"], avg5["n"]) == (89.5, 2)
+    assert ("Ranks (1 = best mean over completed seeds), by top1, top5, macro_top5, avg5: "
+            "smooth_svm 3/1/1/3; topk_entropy 1/2/3/1; ce 2/3/2/2") in table.preamble

@@ -134,14 +134,14 @@ def write_embeddings(root: Path, sizes: dict[str, int], width: int = 8, classes:
 def write_smoke_data(root: Path) -> Path:
     """Every file-based data set, just large enough for the papers' protocols (B18's 5,000-image
     CIFAR validation set, 50 held-out ImageNet images per class, K up to 10, ImageNet-LT's
-    many/medium/few-shot groups), under ``root`` as ``data_root`` expects them."""
+    many/medium/few-shot groups, more than P22's m = 16 classes for its top-m truncation), under ``root`` as ``data_root`` expects them."""
     root = Path(root)
     write_cifar100(root, train_per_class=52, test_per_class=2)
     train_counts = [110, 110] + [52] * 10
     wnids = write_imagenet(root / "imagenet", train_counts, val_per_class=2)
     write_imagenet_lt_lists(root / "imagenet", wnids, [105, 101, 60, 30, 20, 20, 19, 10, 5, 3, 2, 1])
-    write_plantnet(root / "plantnet_300K", [30, 20, 12, 8, 6, 5, 4, 3, 3, 2, 2, 2], 1, 2)
-    write_embeddings(root / "embeddings", {"train": 120, "val": 30, "test": 30})
+    write_plantnet(root / "plantnet_300K", [30, 20, 12, 8, 6, 5, 4, 3, 3, 2, 2, 2] + [2] * 8, 1, 2)
+    write_embeddings(root / "embeddings", {"train": 240, "test": 48}, width=32, classes=24)
     return root
 
 

@@ -37,7 +37,10 @@ ITEMS = {  # the README's "Paper results" rows, s20_exp1–3 apart
     "b18_tau": "B18 Table 6, Fig. 2a", "b18_speed": "B18 Tables 3–5",
     "g22_epsilon": "G22 Table 2", "g22_samples": "G22 Table 3", "g22_time": "G22 Fig. 3",
     "g22_cifar_noise": "G22 Tables 4, 6", "g22_plantnet": "G22 Tables 5, 7",
-    "g22_imagenet_lt": "G22 preprint §4.5.2 (no published numbers)"}
+    "g22_imagenet_lt": "G22 preprint §4.5.2 (no published numbers)",
+    "p22_cifar": "P22 Tables 1, 4 (published numbers not on file)",
+    "p22_imagenet": "P22 Table 2 (published numbers not on file)",
+    "zoo_cifar100": "every loss on CIFAR-100", "zoo_plantnet": "every loss on Pl@ntNet-300K"}
 STATUS = {"reproduced": "reproduced here", "incomplete": "runs found but incomplete",
           "smoke": "runs found but incomplete: smoke scale only", "none": "no runs yet"}
 SMOKE = ("Smoke scale (`make smoke`): one seed, one epoch of at most two batches on tiny data "

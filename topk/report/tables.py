@@ -31,10 +31,11 @@ from topk.report.render import Table, write_table
 from topk.report.runs import Sweep, column, number, objects, read_history, read_sweep
 
 FIELDS = ("ours", "paper", "ours − paper")
-CELL_LEGEND = (
+OURS_LEGEND = (
     "Each cell: ours = mean ± std (ddof=1) over completed seeds (completed/expected seeds; failed, "
     "interrupted, still-running, value-less and missing runs are counted and left out of the "
-    "mean); paper = the published mean (± its std); ours − paper in {unit}.")
+    "mean)")
+CELL_LEGEND = OURS_LEGEND + "; paper = the published mean (± its std); ours − paper in {unit}."
 Source = str | Callable[[pd.DataFrame], pd.Series]
 
 
@@ -68,6 +69,39 @@ def train_top5_at_best(runs: pd.DataFrame) -> pd.Series:
         rows = history[history["epoch"] == run["best_epoch"]] if known else history.tail(1)
         return None if rows.empty else rows["train/top5"].iloc[-1]
     return objects((value(run) for _, run in runs.iterrows()), runs.index)
+
+
+def test_at_best_val_epoch(metric: str) -> Callable[[pd.DataFrame], pd.Series]:
+    """``test/<metric>`` of each run's ``history.csv`` at the first epoch with the best
+    ``val/<metric>``: P22 reports its test top-1 and top-5 each at its own best validation epoch."""
+    names = [f"val/{metric}", f"test/{metric}"]
+
+    def value(run):
+        history = read_history(run["run_dir"])
+        if history is None or not set(names) <= set(history.columns):
+            return None
+        evaluated = history[names].dropna()
+        return None if evaluated.empty else evaluated.loc[evaluated[names[0]].idxmax(), names[1]]
+    return lambda runs: objects((value(run) for _, run in runs.iterrows()), runs.index)
+
+
+def p22_distribution(runs: pd.DataFrame) -> pd.Series:
+    """P22's top-k distribution p_K of each run, printed as ``(0.5, 0, 0, 0, 0.5)``."""
+    return objects((None if p_k is None else "(" + ", ".join(f"{float(v):g}" for v in p_k) + ")"
+                    for p_k in column(runs, "params.loss.p_k")), runs.index)
+
+
+def zoo_ranks(runs: pd.DataFrame) -> list[str]:
+    """Each loss's rank (1 = best mean over completed seeds) by every metric of the zoo tables."""
+    done = runs[runs["status"] == "completed"]
+    means = pd.DataFrame({m: pd.to_numeric(column(done, f"test.{m}"), errors="coerce")
+                          for m in ZOO_METRICS}).groupby(done["loss"]).mean()
+    if means.empty:
+        return ["No completed run: no ranking."]
+    ranks = means.rank(ascending=False, method="min").sort_values("top5")
+    return ["Ranks (1 = best mean over completed seeds), by " + ", ".join(ZOO_METRICS) + ": "
+            + "; ".join(f"{loss} " + "/".join("–" if math.isnan(r) else str(int(r)) for r in row)
+                        for loss, row in zip(ranks.index, ranks.to_numpy()))]
 
 
 def loss_label(loss, n_samples=None) -> str:
@@ -147,6 +181,8 @@ class TableSpec:
     split_metrics: bool = False  # one table per metric, as the paper prints them
     column_order: tuple[tuple, ...] = ()  # column keys printed first
     sort_columns: bool = False
+    rank_rows_by: str | None = None  # a metric: rows in order of its mean, best first
+    fields: tuple[str, ...] = FIELDS  # ("ours",): a table of ours alone, no published column
     unit: str = "percentage points"
 
     @property
@@ -166,6 +202,11 @@ class TableSpec:
 NOISE, TEST15 = {"noise": lambda r: column(r, "params.dataset.noise", 0.0)}, ("top1", "top5")
 LOSS = {"loss": "loss"}
 G22_PLANTNET_LOSSES = ("ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal")
+ZOO_METRICS = ("top1", "top5", "macro_top5", "avg5")
+P22_TABLE = dict(rows={"p_K": p22_distribution}, columns={"sorter": "params.loss.sorter"},
+                 metrics={m: test_at_best_val_epoch(m) for m in TEST15}, split_metrics=True)
+ZOO_TABLE = dict(rows=LOSS, metrics={m: f"test.{m}" for m in ZOO_METRICS}, notes=zoo_ranks,
+                 rank_rows_by="top5", fields=("ours",))
 TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
     TableSpec(id="s20_cifar", title="S20 Table I: CIFAR-100, test accuracy (%)",
               paper="s20_table1_cifar100", rows={"model": "model", "augment": "augment", **LOSS},
@@ -204,6 +245,15 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               columns={"loss": g22_line}, metrics={"ratio_to_ce": g22_ratio},
               uses=lambda runs, metric: runs["loss"] != "ce", notes=g22_time_notes,
               paper_transform=g22_time_paper, sort_columns=True, unit="ratio units"),
+    TableSpec(id="p22_cifar", title="P22 Tables 1, 4: CIFAR-100, test top-1 and top-5 accuracy (%), "
+              "each at its best validation epoch (P22's numbers are not on file)", **P22_TABLE),
+    TableSpec(id="p22_imagenet", title="P22 Table 2: ImageNet-1K embeddings, test top-1 and top-5 "
+              "accuracy (%), each at its best validation epoch (P22's numbers are not on file)",
+              **P22_TABLE),
+    TableSpec(id="zoo_cifar100", title="Every loss on CIFAR-100 (G22's DenseNet 40-40 protocol, "
+              "K = 5): test accuracy (%)", **ZOO_TABLE),
+    TableSpec(id="zoo_plantnet", title="Every loss on Pl@ntNet-300K (G22's ResNet-50 protocol, "
+              "K = 5): test accuracy (%)", **ZOO_TABLE),
 ]}
 
 
@@ -246,6 +296,9 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     published = {(r, col, m): (p, s) for r, col, m, p, s in paper.itertuples(index=False)}
     ours = summarise_groups(entries, ("row", "column", "metric"), sweep.seeds)
     rows = ordered([e["row"] for e in entries], paper["row"])
+    if spec.rank_rows_by:
+        mean = {row: ours.get((row, (), spec.rank_rows_by), {}).get("mean", math.nan) for row in rows}
+        rows = sorted(rows, key=lambda row: -mean[row] if not math.isnan(mean[row]) else math.inf)
     columns = ordered([e["column"] for e in entries], [*spec.column_order, *paper["column"]],
                         sort_all=spec.sort_columns)
     out = []
@@ -277,8 +330,9 @@ def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFra
             "ours": ours, "paper": mean_text(cell["paper"], cell["paper_std"], missing=""),
             "ours − paper": fmt(cell["diff"], sign=True, missing="")}
     header, data = [], []
-    for (col, _), metric, name in itertools.product(columns, metrics, FIELDS):
-        header.append((*map(display, col), *((metric,) if len(metrics) > 1 else ()), name))
+    for (col, _), metric, name in itertools.product(columns, metrics, spec.fields):
+        header.append((*map(display, col), *((metric,) if len(metrics) > 1 else ()),
+                       *((name,) if len(spec.fields) > 1 else ())))
         data.append([texts.get((r, col, metric), {"ours": "no run"}).get(name, "")
                      for r, _ in rows])
     index = pd.MultiIndex.from_tuples([tuple(map(display, r)) for r, _ in rows],
@@ -311,7 +365,8 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
                     for metric in spec.metrics if (cells["metric"] == metric).any()]
     else:
         sections = [("", wide_table(spec, cells))]
-    preamble = [sweep.header(), CELL_LEGEND.format(unit=spec.unit)]
+    legend = CELL_LEGEND.format(unit=spec.unit) if "paper" in spec.fields else OURS_LEGEND + "."
+    preamble = [sweep.header(), legend]
     preamble += [f"Paper: `topk/paper_results/{spec.paper}.csv`."] if spec.paper else []
     tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
     return Table(spec.id, spec.title, preamble + spec.notes(sweep.runs), sections, tidy)
