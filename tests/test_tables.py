@@ -275,6 +275,10 @@ def test_g22_plantnet_uses_each_rows_k(tmp_path):
     plain = cell(table.tidy, k=5, loss="noised_imbal", metric="topK")
     assert (plain["mean"], plain["paper"]) == (96.0, paper_row("g22_tables5_7_plantnet", k=5, loss="noised_imbal")["topk"])
     assert [caption for caption, _ in table.sections] == ["macro_topK", "topK"]  # Tables 5 and 7
+    records[0]["test"].update(avg3=95.0, macro_avg3=70.0)  # average-K: ours only
+    table = build_table("g22_plantnet", sweep_dir=write_sweep(tmp_path / "a", records, experiment="g22_plantnet"))
+    assert [caption for caption, _ in table.sections] == ["macro_topK", "topK", "macro_avgK", "avgK"]
+    assert cell(table.tidy, k=3, loss="ce", metric="avgK")["mean"] == 95.0
     losses = list(dict.fromkeys(table.sections[0][1].columns.get_level_values(0)))
     assert losses == ["ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal"]  # G22's order
 

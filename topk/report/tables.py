@@ -233,7 +233,8 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               "accuracy (%)", metrics={m: f"test.{m}" for m in TEST15[::-1]}, split_metrics=True),
     TableSpec(id="g22_plantnet", paper="g22_tables5_7_plantnet", rows={"k": run_k}, columns=LOSS,
               title="G22 Tables 5 (macro-average top-K) and 7 (top-K): Pl@ntNet-300K, test "
-              "accuracy (%)", metrics={"macro_topK": at_k("macro_top"), "topK": at_k("top")},
+              "accuracy (%), and average-K accuracy (not in G22)", metrics={"macro_topK": at_k("macro_top"), "topK": at_k("top"),
+                                      "macro_avgK": at_k("macro_avg"), "avgK": at_k("avg")},
               paper_columns={"macro_topK": "macro_topk", "topK": "topk"}, split_metrics=True,
               column_order=tuple((loss,) for loss in G22_PLANTNET_LOSSES)),
     TableSpec(id="g22_imagenet_lt", rows={"k": run_k, **LOSS},
@@ -344,6 +345,13 @@ def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFra
     return frame
 
 
+def shown(cells: pd.DataFrame) -> bool:
+    """Whether a metric's section is printed: not when it has no cell, nor when completed runs
+    lack it and the paper has no number for it (records older than the metric, e.g. average-K)."""
+    unrecorded = cells["n"].sum() == 0 and cells["no_value"].sum() > 0 and cells["paper"].isna().all()
+    return not cells.empty and not unrecorded
+
+
 def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Path("outputs"),
                 bench_file: Path | None = None) -> Table:
     """One table from ``sweep_dir`` (default: the newest ``<outputs>/sweeps/<id>/*``), ``b18_speed``
@@ -362,7 +370,7 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
         sections = []
     elif spec.split_metrics:
         sections = [(metric, wide_table(spec, cells[cells["metric"] == metric], [metric]))
-                    for metric in spec.metrics if (cells["metric"] == metric).any()]
+                    for metric in spec.metrics if shown(cells[cells["metric"] == metric])]
     else:
         sections = [("", wide_table(spec, cells))]
     legend = CELL_LEGEND.format(unit=spec.unit) if "paper" in spec.fields else OURS_LEGEND + "."
