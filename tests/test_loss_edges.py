@@ -19,9 +19,9 @@ from topk.losses import (
     NoisedImbalancedTopKHingeLoss,
     NoisedTopKHingeLoss,
     SmoothTopKSVM,
+    TopKEntropyLoss,
     TopKGroupingLoss,
     TopKHingeLoss,
-    TopKEntropyLoss,
     TopKTransitionLoss,
     TruncatedTopKEntropyLoss,
 )
