@@ -1,5 +1,5 @@
 """The base classes of the losses: per-sample values reduced as torch's losses reduce them, and
-a checked top-k parameter."""
+a checked top-k parameter with the loss contract's forward around a per-label loss."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from topk.errors import ConfigError
+from topk.losses.targets import check_k, expected_over_targets, loss_inputs
 
 REDUCTIONS = ("mean", "none")
 
@@ -38,3 +39,14 @@ class TopKLoss(Loss):
 
     def extra_repr(self) -> str:
         return f"k={self.k}"
+
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The ``[B]`` losses of integer labels; a loss that defines it gets :meth:`forward`."""
+        raise NotImplementedError
+
+    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The loss contract (docs/design.md §5) around :meth:`per_label_loss`: checked inputs,
+        ``Σ_i t_i L(s, i)`` for a soft target, reduced."""
+        scores, target = loss_inputs(scores, target)
+        check_k(self.k, scores.shape[1])
+        return self.reduce(expected_over_targets(self.per_label_loss, scores, target))

@@ -12,7 +12,6 @@ import math
 import torch
 
 from topk.losses.base import TopKLoss
-from topk.losses.targets import check_k, expected_over_targets, loss_inputs
 
 
 def truncated_topk_entropy(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -54,13 +53,8 @@ class TruncatedTopKEntropyLoss(TopKLoss):
     is ``Σ_i t_i L_k(s, i)``; returns the batch mean.
     """
 
-    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        scores, target = loss_inputs(scores, target)
-        check_k(self.k, scores.shape[1])
-        per_sample = expected_over_targets(
-            lambda s, y: truncated_topk_entropy(s, y, self.k), scores, target
-        )
-        return self.reduce(per_sample)
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return truncated_topk_entropy(scores, labels, self.k)
 
 
 def topk_entropy(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
@@ -148,8 +142,5 @@ class TopKEntropyLoss(TopKLoss):
     is ``Σ_i t_i L_k(s, i)``; returns the batch mean.
     """
 
-    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        scores, target = loss_inputs(scores, target)
-        check_k(self.k, scores.shape[1])
-        per_sample = expected_over_targets(lambda s, y: topk_entropy(s, y, self.k), scores, target)
-        return self.reduce(per_sample)
+    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return topk_entropy(scores, labels, self.k)

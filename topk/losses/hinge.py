@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from topk.errors import ConfigError
 from topk.losses.base import TopKLoss
-from topk.losses.targets import check_k, expected_over_targets, loss_inputs
 
 
 def _label_scores(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -60,14 +59,6 @@ class _HingeLoss(TopKLoss):
 
     def extra_repr(self) -> str:
         return f"k={self.k}, alpha={self.alpha}"
-
-    def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-    def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        scores, target = loss_inputs(scores, target)
-        check_k(self.k, scores.shape[1])
-        return self.reduce(expected_over_targets(self.per_label_loss, scores, target))
 
 
 class TopKHingeLoss(_HingeLoss):
