@@ -131,15 +131,8 @@ class TopKEntropyLoss(TopKLoss):
     conjugate construction over the top-k simplex instead of the simplex. Convex and smooth,
     computed exactly by :func:`topk_entropy`. Its gradient in the rival scores is the maximiser
     ``x``, in which no rival takes more than ``1/k`` of the total ``⟨1, x⟩``. As
-    ``Δ_k ⊂ Δ_{k-1}``, ``L_k ≤ L_{k-1} ≤ … ≤ L_1``, and ``k = 1`` is cross-entropy.
-
-    Parameters
-    ----------
-    k : int
-        Size of the predicted set, ``1 ≤ k < n``.
-
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
-    is ``Σ_i t_i L_k(s, i)``; returns the batch mean.
+    ``Δ_k ⊂ Δ_{k-1}``, ``L_k ≤ L_{k-1} ≤ … ≤ L_1``, and ``k = 1`` is cross-entropy. ``k`` and
+    the targets are as for :class:`TruncatedTopKEntropyLoss`.
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
