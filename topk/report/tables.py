@@ -85,10 +85,14 @@ def test_at_best_val_epoch(metric: str) -> Callable[[pd.DataFrame], pd.Series]:
     return lambda runs: objects((value(run) for _, run in runs.iterrows()), runs.index)
 
 
+def distribution_text(p_k) -> str | None:
+    """A top-k distribution p_K as printed: ``(0.5, 0, 0, 0, 0.5)``."""
+    return None if p_k is None else "(" + ", ".join(f"{float(v):g}" for v in p_k) + ")"
+
+
 def p22_distribution(runs: pd.DataFrame) -> pd.Series:
-    """P22's top-k distribution p_K of each run, printed as ``(0.5, 0, 0, 0, 0.5)``."""
-    return objects((None if p_k is None else "(" + ", ".join(f"{float(v):g}" for v in p_k) + ")"
-                    for p_k in column(runs, "params.loss.p_k")), runs.index)
+    """P22's top-k distribution p_K of each run."""
+    return objects(map(distribution_text, column(runs, "params.loss.p_k")), runs.index)
 
 
 def zoo_ranks(runs: pd.DataFrame) -> list[str]:
@@ -179,6 +183,7 @@ class TableSpec:
     notes: Callable[[pd.DataFrame], list[str]] = lambda runs: []
     paper_transform: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     split_metrics: bool = False  # one table per metric, as the paper prints them
+    row_order: tuple[tuple, ...] = ()  # row keys printed first
     column_order: tuple[tuple, ...] = ()  # column keys printed first
     sort_columns: bool = False
     rank_rows_by: str | None = None  # a metric: rows in order of its mean, best first
@@ -203,7 +208,10 @@ NOISE, TEST15 = {"noise": lambda r: column(r, "params.dataset.noise", 0.0)}, ("t
 LOSS = {"loss": "loss"}
 G22_PLANTNET_LOSSES = ("ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal")
 ZOO_METRICS = ("top1", "top5", "macro_top5", "avg5")
+P22_GRID = ((1, 0, 0, 0, 0), (0, 0, 0, 0, 1), (.5, 0, 0, 0, .5), (.25, 0, 0, 0, .75), (.1, 0, 0, 0, .9),
+            (.2, .2, .2, .2, .2))  # P22's p_K, in its order
 P22_TABLE = dict(rows={"p_K": p22_distribution}, columns={"sorter": "params.loss.sorter"},
+                 row_order=tuple((distribution_text(p_k),) for p_k in P22_GRID),
                  metrics={m: test_at_best_val_epoch(m) for m in TEST15}, split_metrics=True)
 ZOO_TABLE = dict(rows=LOSS, metrics={m: f"test.{m}" for m in ZOO_METRICS}, notes=zoo_ranks,
                  rank_rows_by="top5", fields=("ours",))
@@ -296,7 +304,7 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     entries, paper = observations(spec, sweep.runs), paper_cells(spec)
     published = {(r, col, m): (p, s) for r, col, m, p, s in paper.itertuples(index=False)}
     ours = summarise_groups(entries, ("row", "column", "metric"), sweep.seeds)
-    rows = ordered([e["row"] for e in entries], paper["row"])
+    rows = ordered([e["row"] for e in entries], [*spec.row_order, *paper["row"]])
     if spec.rank_rows_by:
         mean = {row: ours.get((row, (), spec.rank_rows_by), {}).get("mean", math.nan) for row in rows}
         rows = sorted(rows, key=lambda row: -mean[row] if not math.isnan(mean[row]) else math.inf)
