@@ -449,3 +449,13 @@ def test_zoo_ranks_every_loss_best_top5_first(tmp_path):
     assert (avg5["mean"], avg5["n"]) == (89.5, 2)
     assert ("Ranks (1 = best mean over completed seeds), by top1, top5, macro_top5, avg5: "
             "smooth_svm 3/1/1/3; topk_entropy 1/2/3/1; ce 2/3/2/2") in table.preamble
+
+
+def test_average_k_stands_beside_top_k_when_the_records_hold_it(tmp_path):
+    records = [record(seed=s, loss="ce", params={"dataset.noise": 0.2},
+                      test={"top1": 70.0, "top5": 90.0, "avg1": 60.0 + s, "avg5": 95.0}) for s in (0, 1)]
+    table = build_table("b18_cifar_noise", sweep_dir=write_sweep(tmp_path / "s", records, experiment="b18_cifar_noise"))
+    avg1 = cell(table.tidy, noise=0.2, loss="ce", metric="avg1")
+    assert (avg1["mean"], avg1["n"]) == (60.5, 2) and math.isnan(avg1["paper"])
+    assert list(dict.fromkeys(table.sections[0][1].columns.get_level_values(1))) == ["top1", "top5", "avg1", "avg5"]
+    assert "average-k accuracy beside it (not in the paper)" in table.title
