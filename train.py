@@ -11,6 +11,7 @@ objects (docs/design.md §2). Every run leaves its record in its Hydra run direc
 
 from __future__ import annotations
 
+import errno
 import inspect
 import logging
 import random
@@ -49,8 +50,11 @@ from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
 from topk.precision import channels_last
-from topk.records import versions, write_results
-from topk.run_dir import check_run_dir, claim, run_params, unwritable_reason
+from topk.records import read_results, versions, write_results
+from topk.run_dir import (
+    KEPT_CHECKPOINTS, check_run_dir, claim, finished_without_checkpoint, prune_checkpoints, run_params,
+    unwritable_reason,
+)
 
 log = logging.getLogger("train")
 
@@ -139,6 +143,10 @@ def check_trainer(cfg: DictConfig) -> None:
     ks = trainer.ks
     if not OmegaConf.is_list(ks) or not ks or not all(_is_whole(k) and k >= 1 for k in ks):
         raise ConfigError(f"trainer.ks must be a list of whole numbers of at least 1, e.g. [1,5], got {ks!r}.")
+    if trainer.keep_checkpoints not in KEPT_CHECKPOINTS:
+        raise ConfigError(
+            f"trainer.keep_checkpoints must be one of {', '.join(KEPT_CHECKPOINTS)}, got {trainer.keep_checkpoints!r}."
+        )
     if str(trainer.selection_metric).startswith("test/"):
         raise ConfigError(
             f"trainer.selection_metric={trainer.selection_metric} would choose the model on the "
@@ -344,16 +352,23 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     record = base_record(cfg, hydra_cfg.runtime.choices)
     resume = bool(cfg.trainer.resume)
     distributed = dist_setup.from_environment()
+    finished = False  # a completed run resumed after its last.pt was pruned: nothing to train
     if distributed.is_main:
         check_output_dir(run_dir)
         check_run_dir(run_dir, record["params"], resume, in_sweep=hydra_cfg.mode == RunMode.MULTIRUN)
+        finished = resume and finished_without_checkpoint(run_dir)
         if not resume:
             claim(run_dir)
-        write_results(run_dir, record)
+        if not finished:
+            write_results(run_dir, record)
     try:
         distributed, device = dist_setup.setup(cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device))
-        run_dir = Path(distributed.broadcast(str(run_dir)))
+        run_dir, finished = distributed.broadcast((str(run_dir), finished))
+        run_dir = Path(run_dir)
         dist_setup.remove_worker_scratch()
+        if finished:
+            log.info("%s holds a completed run without checkpoints/last.pt: its record is kept as it is", run_dir)
+            return read_results(run_dir / "results.json")
         run(cfg, run_dir, record, on_epoch_end, distributed, device)
     except KeyboardInterrupt as stop:  # fit's RunInterrupted, or a stop before training: nothing saved
         interruption = stop if isinstance(stop, RunInterrupted) else RunInterrupted(0)
@@ -363,6 +378,8 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
         end_record(run_dir, record, distributed, "failed", f"{type(error).__name__}: {error}")
         raise
     end_record(run_dir, record, distributed, "completed", None)
+    if distributed.is_main:
+        prune_checkpoints(run_dir, cfg.trainer.keep_checkpoints)
     top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top3", "top5")}
     log.info("completed: test %s; record in %s", top, run_dir / "results.json")
     return record
@@ -402,10 +419,25 @@ def main(cfg: DictConfig) -> None:
                   "continues it.", file=sys.stderr)
             sys.exit(130)
         except TopkError as error:
-            if single_run:
-                print(f"Error: {error}", file=sys.stderr)
-                sys.exit(1)
-            print(f"Error in {HydraConfig.get().runtime.output_dir}: {error}", file=sys.stderr)
+            report_error(str(error), single_run)
+        except OSError as error:  # a full disk, wherever it struck; other system errors keep their traceback
+            if error.errno != errno.ENOSPC:
+                raise
+            report_error(no_space_sentence(error), single_run)
+
+
+def report_error(sentence: str, single_run: bool) -> None:
+    """Print a run's error as one sentence: a single run exits 1, a sweep goes on."""
+    if single_run:
+        print(f"Error: {sentence}", file=sys.stderr)
+        sys.exit(1)
+    print(f"Error in {HydraConfig.get().runtime.output_dir}: {sentence}", file=sys.stderr)
+
+
+def no_space_sentence(error: OSError) -> str:
+    where = error.filename or HydraConfig.get().runtime.output_dir
+    return (f"no space is left on the device holding {where}; free some (checkpoints are the largest "
+            "files: trainer.keep_checkpoints=best or none keeps fewer) and continue with trainer.resume=true.")
 
 
 if __name__ == "__main__":

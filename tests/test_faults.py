@@ -12,6 +12,7 @@ CIFAR-100 files in ``test_data_cifar.py``, tables given another experiment's swe
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -125,6 +126,21 @@ def test_bad_value_is_one_sentence_and_a_failed_record(earlier_run, tmp_path, ar
 def test_unwritable_output_directory_as_root(tmp_path):
     code, stderr = run_main(["hydra.run.dir=/proc/topk_run"])
     assert_one_sentence(code, stderr, 1, r"/proc/topk_run cannot be written .* hydra.run.dir=PATH")
+
+
+def test_a_full_disk_is_one_sentence_and_a_failed_record(tmp_path, monkeypatch):
+    import topk.engine
+
+    def no_space(state, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(topk.engine, "_atomic_save", no_space)
+    run_dir = tmp_path / "run"
+    code, stderr = run_main([f"hydra.run.dir={run_dir}"])
+    assert_one_sentence(code, stderr, 1, r"no space is left on the device holding \S+/run/checkpoints/"
+                        r"\w+\.pt; free some .* trainer.keep_checkpoints=best or none .* trainer.resume=true\.$")
+    record = strict_record(run_dir)
+    assert record["status"] == "failed" and "No space left on device" in record["error"]
 
 
 def test_a_run_directory_is_never_overwritten(earlier_run):

@@ -183,6 +183,27 @@ def test_resume_without_any_run_is_refused(run_dir):
     assert not (run_dir / "results.json").exists()
 
 
+@pytest.mark.parametrize("keep,kept", [("all", {"last.pt", "best.pt"}), ("best", {"best.pt"}), ("none", set())])
+def test_keep_checkpoints_prunes_a_completed_run_and_keeps_its_records(run_dir, keep, kept):
+    record, _ = run_in_process(run_dir, [f"trainer.keep_checkpoints={keep}"])
+    checkpoints = run_dir / "checkpoints"
+    assert {path.name for path in checkpoints.glob("*")} == kept and checkpoints.is_dir() == bool(kept)
+    assert read_record(run_dir)["status"] == "completed" and (run_dir / "history.csv").exists()
+    assert any((run_dir / "tb").iterdir())
+
+
+def test_resume_of_a_pruned_completed_run_keeps_its_record(run_dir):
+    first, _ = run_in_process(run_dir, ["trainer.keep_checkpoints=best"])
+    before = (run_dir / "results.json").read_bytes()
+    again, _ = run_in_process(run_dir, ["trainer.keep_checkpoints=best", "trainer.resume=true"])
+    assert (run_dir / "results.json").read_bytes() == before and again["test"] == first["test"]
+    with pytest.raises(ConfigError, match="cannot be extended to 6 epochs; start a new run"):
+        run_in_process(run_dir, ["trainer.resume=true", "trainer.epochs=6"])
+    with pytest.raises(ConfigError, match="another training configuration: optim.lr"):
+        run_in_process(run_dir, ["trainer.resume=true", "optim.lr=0.5"])
+    assert (run_dir / "results.json").read_bytes() == before
+
+
 def test_corrupt_checkpoint_stops_with_one_sentence_and_the_record_stays(run_dir):
     run_in_process(run_dir, [])
     (run_dir / "checkpoints" / "last.pt").write_bytes(b"not a checkpoint")
@@ -214,6 +235,7 @@ def test_class_weights_train_and_are_recorded(run_dir):
         (["trainer.selection_metric=val/avg5"], "needs a validation split"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
         (["trainer.selection_metric=test/top1"], "would choose the model on the test split"),
+        (["trainer.keep_checkpoints=last"], "trainer.keep_checkpoints must be one of all, best, none, got 'last'"),
         (["model=mlp", "model.hidden=0"], "model.hidden must be a positive width"),
         (["augment=cutout"], "crops, flips or cuts out images"),
         (["loss.class_weights=[1,2]"], "loss.class_weights must hold 6 finite non-negative weights"),

@@ -10,6 +10,9 @@
   data moved to another folder). Without a checkpoint there is nothing to mix, and the run starts
   from scratch in that directory; a single run asked to resume a directory that holds no run at
   all is refused (a sweep's jobs that never started simply start).
+- A completed run may keep fewer checkpoints (``trainer.keep_checkpoints``: ``best`` drops
+  ``last.pt``, ``none`` both): resuming it keeps its record as it is, and refuses another training
+  configuration or more epochs (nothing is left to continue from).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ HARMLESS_KEYS = frozenset({
     "trainer.epochs", "trainer.resume", "trainer.progress", "trainer.tensorboard",
     "trainer.num_workers", "trainer.num_threads", "trainer.device", "trainer.distributed_backend",
     "trainer.eval_batch_size", "trainer.eval_every", "trainer.checkpoint_every",
-    "trainer.compile", "trainer.channels_last",
+    "trainer.compile", "trainer.channels_last", "trainer.keep_checkpoints",
     "data_root", "dataset.root", "dataset.lists_root", "dataset.check_images",
 })
 
@@ -66,26 +69,55 @@ def differing_keys(remembered: Mapping, params: Mapping) -> list[str]:
     return [key for key in keys if remembered.get(key, _MISSING) != params.get(key, _MISSING)]
 
 
+def record_status(run_dir: Path) -> str | None:
+    """The ``status`` of ``run_dir``'s ``results.json`` (``None`` without one)."""
+    record_path = Path(run_dir) / "results.json"
+    if not record_path.exists():
+        return None
+    try:
+        return json.loads(record_path.read_text()).get("status", "unknown status")
+    except (OSError, ValueError, AttributeError):
+        return "unreadable results.json"
+
+
 def held_run(run_dir: Path) -> str | None:
     """A few words on the run ``run_dir`` holds, or ``None`` if it holds none."""
-    record_path, checkpoint = Path(run_dir) / "results.json", Path(run_dir) / "checkpoints" / "last.pt"
-    if record_path.exists():
-        try:
-            status = json.loads(record_path.read_text()).get("status", "unknown status")
-        except (OSError, ValueError, AttributeError):
-            status = "unreadable results.json"
+    status = record_status(run_dir)
+    if status is not None:
         return f"a {status} run" if " " not in status else f"a run with an {status}"
-    if checkpoint.exists():
+    if (Path(run_dir) / "checkpoints" / "last.pt").exists():
         return "a run's checkpoint"
     return None
 
 
 def remembered_params(run_dir: Path) -> dict:
     """The configuration the run in ``run_dir`` trained with: its checkpoint's, else its record's."""
-    config = load_checkpoint(Path(run_dir) / "checkpoints" / "last.pt").get("config")
+    checkpoint = Path(run_dir) / "checkpoints" / "last.pt"
+    config = load_checkpoint(checkpoint).get("config") if checkpoint.exists() else None
     if config is None and (Path(run_dir) / "results.json").exists():
         config = json.loads((Path(run_dir) / "results.json").read_text()).get("params")
     return config or {}
+
+
+def finished_without_checkpoint(run_dir: Path) -> bool:
+    """Whether ``run_dir`` holds a completed run whose ``last.pt`` was not kept
+    (``trainer.keep_checkpoints``): a resume has nothing to continue, and keeps its record."""
+    return record_status(run_dir) == "completed" and not (Path(run_dir) / "checkpoints" / "last.pt").exists()
+
+
+# What a completed run keeps of its checkpoints, by ``trainer.keep_checkpoints``.
+KEPT_CHECKPOINTS = {"all": {"last.pt", "best.pt"}, "best": {"best.pt"}, "none": set()}
+
+
+def prune_checkpoints(run_dir: Path, keep: str) -> None:
+    """Delete the checkpoints of a completed run that ``keep`` (a key of
+    :data:`KEPT_CHECKPOINTS`) does not keep; the records (results, history, TensorBoard) stay."""
+    directory = Path(run_dir) / "checkpoints"
+    for path in directory.glob("*.pt"):
+        if path.name not in KEPT_CHECKPOINTS[keep]:
+            path.unlink()
+    if directory.is_dir() and not any(directory.iterdir()):
+        directory.rmdir()
 
 
 def _describe(key: str, remembered: Mapping, params: Mapping) -> str:
@@ -109,6 +141,9 @@ def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool =
                 f"choose another directory with {option}=PATH (nothing was changed in it)."
             )
         return False
+    if finished_without_checkpoint(run_dir):
+        check_finished_params(run_dir, params)
+        return False
     if not (run_dir / "checkpoints" / "last.pt").exists():
         if held is None and not in_sweep:
             raise ConfigError(
@@ -117,7 +152,12 @@ def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool =
             )
         log.info("no checkpoint in %s: the run starts from scratch there", run_dir)
         return False
-    remembered = remembered_params(run_dir)
+    check_same_training(run_dir, remembered_params(run_dir), params)
+    return True
+
+
+def check_same_training(run_dir: Path, remembered: Mapping, params: Mapping) -> None:
+    """Refuse, in one sentence, a resume whose training configuration differs from the run's."""
     differing = differing_keys(remembered, params)
     if differing:
         shown = "; ".join(_describe(key, remembered, params) for key in differing[:6])
@@ -126,7 +166,20 @@ def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool =
             f"cannot resume {run_dir} with another training configuration: {shown}{more}; "
             "resume with the run's values, or start a new run in another directory."
         )
-    return True
+
+
+def check_finished_params(run_dir: Path, params: Mapping) -> None:
+    """A completed run without ``last.pt`` resumes only to keep its record: with the same
+    training configuration and no more epochs."""
+    remembered = remembered_params(run_dir)
+    check_same_training(run_dir, remembered, params)
+    epochs, more = remembered.get("trainer.epochs"), params.get("trainer.epochs")
+    if epochs is not None and more is not None and more > epochs:
+        raise ConfigError(
+            f"{run_dir} holds a completed run of {epochs} epochs whose checkpoints/last.pt was not "
+            f"kept (trainer.keep_checkpoints), so it cannot be extended to {more} epochs; start a "
+            "new run in another directory."
+        )
 
 
 def claim(run_dir: Path) -> None:
