@@ -311,6 +311,23 @@ def read_cifar100_release(folder: Path):
     return train_part, test_part, num_classes
 
 
+def normalisation_statistics(normalisation: str) -> tuple:
+    """The (mean, std) of ``dataset.normalisation``, or one sentence naming the valid ones."""
+    if normalisation not in NORMALISATIONS:
+        raise ConfigError(f"dataset.normalisation={normalisation!r} is unknown; choose one of "
+                          f"{', '.join(NORMALISATIONS)}.")
+    return NORMALISATIONS[normalisation]
+
+
+def check_val_size(val_size, n_full: int) -> None:
+    """``dataset.val_size`` must hold out between none and all but one of ``n_full`` images."""
+    if isinstance(val_size, bool) or not isinstance(val_size, numbers.Integral) or not 0 <= val_size < n_full:
+        raise ConfigError(
+            f"dataset.val_size must be a whole number from 0 to {n_full - 1} (training images "
+            f"to hold out), got {val_size}."
+        )
+
+
 def cifar100(
     seed: int,
     root: str | Path,
@@ -352,22 +369,10 @@ def cifar100(
         the release's entries; the message names the file and says to fetch the release again.
     """
     check_noise_settings(noise, noise_groups)
-    if normalisation not in NORMALISATIONS:
-        raise ConfigError(f"dataset.normalisation={normalisation!r} is unknown; choose one of "
-                          f"{', '.join(NORMALISATIONS)}.")
-    mean, std = NORMALISATIONS[normalisation]
+    mean, std = normalisation_statistics(normalisation)
     train_part, test_part, num_classes = read_cifar100_release(_locate(root, download))
     n_full = len(train_part.fine)
-    if (
-        isinstance(val_size, bool)
-        or not isinstance(val_size, numbers.Integral)
-        or not (0 <= val_size < n_full)
-    ):
-        raise ConfigError(
-            f"dataset.val_size must be a whole number from 0 to {n_full - 1} (training images "
-            f"to hold out), got {val_size}."
-        )
-
+    check_val_size(val_size, n_full)
     val_idx = validation_indices(train_part.fine, int(val_size), split_seed)
     is_train = torch.ones(n_full, dtype=torch.bool)
     is_train[val_idx] = False
