@@ -44,8 +44,8 @@ from topk.engine import (
     resolve_device,
     stop_requests,
 )
-from topk.errors import ConfigError, TopkError
-from topk.hydra_callbacks import close_interrupted_sweep
+from topk.errors import ConfigError, RunRefused, TopkError
+from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
 from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
@@ -419,6 +419,9 @@ def main(cfg: DictConfig) -> None:
                   "continues it.", file=sys.stderr)
             sys.exit(130)
         except TopkError as error:
+            if isinstance(error, RunRefused) and not single_run:
+                job = HydraConfig.get()
+                note_refused_run(job.sweep.dir, job.job.num, Path(job.runtime.output_dir))
             report_error(str(error), single_run)
         except OSError as error:  # a full disk, wherever it struck; other system errors keep their traceback
             if error.errno != errno.ENOSPC:

@@ -9,6 +9,11 @@ class ConfigError(TopkError, ValueError):
     """A configuration value is invalid; raised before any training starts."""
 
 
+class RunRefused(ConfigError):
+    """A run directory refused the run (it holds another run, or one to resume with another
+    configuration); nothing in it was changed."""
+
+
 class NonFiniteLossError(TopkError, FloatingPointError):
     """The training loss became NaN or infinite."""
 

@@ -37,6 +37,35 @@ def sweep_statuses(sweep_dir: Path) -> Counter:
     return statuses
 
 
+def note_refused_run(sweep_dir: Path, job: int, run_dir: Path) -> None:
+    """Remember, for :meth:`CheckOutputDir.on_multirun_end`, that the job running in ``run_dir``
+    was refused: it wrote nothing there, and under joblib it ran in another process. The note is
+    a file in ``<sweep_dir>/.refused/``, removed when the sweep ends."""
+    notes = Path(sweep_dir) / ".refused"
+    notes.mkdir(parents=True, exist_ok=True)
+    (notes / str(job)).write_text(str(run_dir))
+
+
+def take_refused_runs(sweep_dir: Path) -> list[Path]:
+    """The run directories of the sweep's refused jobs (:func:`note_refused_run`); the notes are
+    removed."""
+    notes = Path(sweep_dir) / ".refused"
+    if not notes.is_dir():
+        return []
+    run_dirs = []
+    for path in list(notes.iterdir()):
+        run_dirs.append(Path(path.read_text()))
+        path.unlink()
+    notes.rmdir()
+    return run_dirs
+
+
+def hydra_files(sweep_dir: Path) -> dict[Path, bytes]:
+    """The ``.hydra/*.yaml`` files of every run below ``sweep_dir``. Hydra rewrites them for each
+    job of a resumed sweep before the job can be checked; a refused job gets its own back."""
+    return {path: path.read_bytes() for path in Path(sweep_dir).rglob("*.yaml") if path.parent.name == ".hydra"}
+
+
 def close_interrupted_sweep() -> None:
     """After Ctrl-C or SIGTERM stopped a sweep: records left ``running`` by workers the launcher
     killed become ``interrupted`` (:func:`topk.run_dir.mark_stopped_runs`)."""
@@ -54,8 +83,8 @@ class CheckOutputDir(Callback):
       no runs unless the sweep is resumed (each job is then checked like a single run). Checking
       here, before Hydra rewrites ``.hydra/`` and appends to ``train.log``, leaves a refused
       directory exactly as it was.
-    - At the end of a sweep, one line counts its runs by status; the sweep exits with 1 if any
-      run failed.
+    - At the end of a sweep, one line counts its runs by status and the refused jobs
+      (:func:`note_refused_run`); the sweep exits with 1 if any run failed or was refused.
 
     Under torchrun only the first process checks: the others write nowhere but a scratch
     directory (:func:`topk.distributed.worker_argv`).
@@ -86,19 +115,32 @@ class CheckOutputDir(Callback):
             _stop(f"{sweep_dir} already holds {held} run{'s' if held > 1 else ''}; continue them with trainer.resume=true, "
                   "or choose another directory with hydra.sweep.dir=PATH (nothing was changed in it).")
         self._check_writable(sweep_dir, "hydra.sweep.dir")
+        take_refused_runs(sweep_dir)  # notes a stopped sweep left behind
+        self.kept_hydra_files = hydra_files(sweep_dir) if config.trainer.resume else {}
         _sweep_dirs.append(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
         sweep_dir = Path(config.hydra.sweep.dir)
-        statuses = sweep_statuses(sweep_dir)
-        counts = ", ".join(f"{count} {status}" for status, count in sorted(statuses.items()))
-        print(f"Sweep {sweep_dir}: {counts or 'no runs'}.", file=sys.stderr)
+        statuses, refused_dirs = sweep_statuses(sweep_dir), take_refused_runs(sweep_dir)
+        for path, content in getattr(self, "kept_hydra_files", {}).items():
+            if path.parent.parent in refused_dirs:
+                path.write_bytes(content)
+        refused = len(refused_dirs)
+        counts = [f"{count} {status}" for status, count in sorted(statuses.items())]
+        counts += [f"{refused} refused"] if refused else []
+        print(f"Sweep {sweep_dir}: {', '.join(counts) or 'no runs'}.", file=sys.stderr)
+        problems = []
         if statuses["failed"]:
             failed = statuses["failed"]
-            _stop(f"{failed} run{'s' if failed > 1 else ''} of the sweep failed; their "
-                  "results.json and train.log say why.")
+            problems.append(f"{failed} run{'s' if failed > 1 else ''} of the sweep failed; their "
+                            "results.json and train.log say why")
+        if refused:
+            problems.append(f"{refused} run{'s were' if refused > 1 else ' was'} refused and left as "
+                            f"{'they were' if refused > 1 else 'it was'} (the errors above say why)")
+        if problems:
+            _stop("; ".join(problems) + ".")
 
 
 def sweep_values(params) -> dict[str, list]:

@@ -25,7 +25,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from topk.engine import load_checkpoint
-from topk.errors import ConfigError
+from topk.errors import RunRefused
 from topk.records import flatten, write_json_atomic
 
 log = logging.getLogger(__name__)
@@ -129,14 +129,14 @@ def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool =
     """Apply the rules above to ``run_dir`` before anything is written in it.
 
     Returns whether training continues from the directory's checkpoint. Raises
-    :class:`~topk.errors.ConfigError` (one sentence) when the run must not start.
+    :class:`~topk.errors.RunRefused` (one sentence) when the run must not start.
     """
     run_dir = Path(run_dir)
     held = held_run(run_dir)
     option = "hydra.sweep.dir" if in_sweep else "hydra.run.dir"
     if not resume:
         if held is not None:
-            raise ConfigError(
+            raise RunRefused(
                 f"{run_dir} already holds {held}; continue it with trainer.resume=true, or "
                 f"choose another directory with {option}=PATH (nothing was changed in it)."
             )
@@ -146,7 +146,7 @@ def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool =
         return False
     if not (run_dir / "checkpoints" / "last.pt").exists():
         if held is None and not in_sweep:
-            raise ConfigError(
+            raise RunRefused(
                 f"trainer.resume=true but {run_dir} holds no run to resume; give the directory "
                 "of the run to continue with hydra.run.dir=PATH, or leave out trainer.resume."
             )
@@ -162,7 +162,7 @@ def check_same_training(run_dir: Path, remembered: Mapping, params: Mapping) -> 
     if differing:
         shown = "; ".join(_describe(key, remembered, params) for key in differing[:6])
         more = f" and {len(differing) - 6} more" if len(differing) > 6 else ""
-        raise ConfigError(
+        raise RunRefused(
             f"cannot resume {run_dir} with another training configuration: {shown}{more}; "
             "resume with the run's values, or start a new run in another directory."
         )
@@ -175,7 +175,7 @@ def check_finished_params(run_dir: Path, params: Mapping) -> None:
     check_same_training(run_dir, remembered, params)
     epochs, more = remembered.get("trainer.epochs"), params.get("trainer.epochs")
     if epochs is not None and more is not None and more > epochs:
-        raise ConfigError(
+        raise RunRefused(
             f"{run_dir} holds a completed run of {epochs} epochs whose checkpoints/last.pt was not "
             f"kept (trainer.keep_checkpoints), so it cannot be extended to {more} epochs; start a "
             "new run in another directory."
@@ -188,7 +188,7 @@ def claim(run_dir: Path) -> None:
         with open(Path(run_dir) / "results.json", "x"):
             pass
     except FileExistsError:
-        raise ConfigError(
+        raise RunRefused(
             f"{run_dir} was claimed by another run that started at the same moment; choose "
             "another directory with hydra.run.dir=PATH."
         ) from None
