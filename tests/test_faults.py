@@ -148,6 +148,22 @@ def test_a_full_disk_is_one_sentence_and_a_failed_record(tmp_path, monkeypatch):
     assert record["status"] == "failed" and "No space left on device" in record["error"]
 
 
+def test_a_sweep_whose_record_cannot_be_written_exits_1(tmp_path, monkeypatch):
+    import train
+
+    def no_space(run_dir, record, distributed, status, error):
+        raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "results.json"))
+
+    monkeypatch.setattr(train, "end_record", no_space)
+    code, stderr = run_main(["-m", "seed=0", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert code == 1 and "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error")]
+    assert "no space is left on the device holding" in errors[0] and "/sweep/0/results.json" in errors[0]
+    assert errors[1] == ("Error: 1 run of the sweep ended without writing a final status (a killed "
+                         "process or a full disk); train.log says how far it got.")
+    assert strict_record(tmp_path / "sweep" / "0")["status"] == "running"
+
+
 def test_a_run_directory_is_never_overwritten(earlier_run):
     earlier, files = earlier_run
     code, stderr = run_main([f"hydra.run.dir={earlier}", "seed=3"])

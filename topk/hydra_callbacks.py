@@ -84,7 +84,8 @@ class CheckOutputDir(Callback):
       here, before Hydra rewrites ``.hydra/`` and appends to ``train.log``, leaves a refused
       directory exactly as it was.
     - At the end of a sweep, one line counts its runs by status and the refused jobs
-      (:func:`note_refused_run`); the sweep exits with 1 if any run failed or was refused.
+      (:func:`note_refused_run`); the sweep exits with 1 if any run failed, was refused or ended
+      still marked ``running``.
 
     Under torchrun only the first process checks: the others write nowhere but a scratch
     directory (:func:`topk.distributed.worker_argv`).
@@ -136,6 +137,11 @@ class CheckOutputDir(Callback):
             failed = statuses["failed"]
             problems.append(f"{failed} run{'s' if failed > 1 else ''} of the sweep failed; their "
                             "results.json and train.log say why")
+        if statuses["running"]:  # the sweep is over: a job died before writing its final status
+            stuck = statuses["running"]
+            problems.append(f"{stuck} run{'s' if stuck > 1 else ''} of the sweep ended without writing "
+                            "a final status (a killed process or a full disk); train.log says how far "
+                            f"{'they' if stuck > 1 else 'it'} got")
         if refused:
             problems.append(f"{refused} run{'s were' if refused > 1 else ' was'} refused and left as "
                             f"{'they were' if refused > 1 else 'it was'} (the errors above say why)")
