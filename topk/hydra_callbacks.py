@@ -91,6 +91,9 @@ class CheckOutputDir(Callback):
     directory (:func:`topk.distributed.worker_argv`).
     """
 
+    # A resumed sweep's .hydra/ files as they were at its start (replaced in on_multirun_start)
+    kept_hydra_files: dict[Path, bytes] = {}
+
     def _check_writable(self, directory: Path, option: str) -> None:
         reason = unwritable_reason(directory)
         if reason is not None:
@@ -113,7 +116,7 @@ class CheckOutputDir(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         held = sum(sweep_statuses(sweep_dir).values()) if sweep_dir.is_dir() else 0
         if held and not config.trainer.resume:
-            _stop(f"{sweep_dir} already holds {held} run{'s' if held > 1 else ''}; continue them with trainer.resume=true, "
+            _stop(f"{sweep_dir} already holds {_runs(held)}; continue them with trainer.resume=true, "
                   "or choose another directory with hydra.sweep.dir=PATH (nothing was changed in it).")
         self._check_writable(sweep_dir, "hydra.sweep.dir")
         take_refused_runs(sweep_dir)  # notes a stopped sweep left behind
@@ -125,28 +128,34 @@ class CheckOutputDir(Callback):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
         statuses, refused_dirs = sweep_statuses(sweep_dir), take_refused_runs(sweep_dir)
-        for path, content in getattr(self, "kept_hydra_files", {}).items():
+        for path, content in self.kept_hydra_files.items():
             if path.parent.parent in refused_dirs:
                 path.write_bytes(content)
         refused = len(refused_dirs)
         counts = [f"{count} {status}" for status, count in sorted(statuses.items())]
         counts += [f"{refused} refused"] if refused else []
         print(f"Sweep {sweep_dir}: {', '.join(counts) or 'no runs'}.", file=sys.stderr)
-        problems = []
-        if statuses["failed"]:
-            failed = statuses["failed"]
-            problems.append(f"{failed} run{'s' if failed > 1 else ''} of the sweep failed; their "
-                            "results.json and train.log say why")
-        if statuses["running"]:  # the sweep is over: a job died before writing its final status
-            stuck = statuses["running"]
-            problems.append(f"{stuck} run{'s' if stuck > 1 else ''} of the sweep ended without writing "
-                            "a final status (a killed process or a full disk); train.log says how far "
-                            f"{'they' if stuck > 1 else 'it'} got")
-        if refused:
-            problems.append(f"{refused} run{'s were' if refused > 1 else ' was'} refused and left as "
-                            f"{'they were' if refused > 1 else 'it was'} (the errors above say why)")
+        problems = sweep_problems(statuses["failed"], statuses["running"], refused)
         if problems:
             _stop("; ".join(problems) + ".")
+
+
+def _runs(count: int) -> str:
+    return f"{count} run{'s' if count > 1 else ''}"
+
+
+def sweep_problems(failed: int, running: int, refused: int) -> list[str]:
+    """What went wrong in a finished sweep, one clause per kind (none: nothing did). A run still
+    ``running`` once the sweep is over died before writing its final status."""
+    plural = refused > 1
+    clauses = [
+        (failed, f"{_runs(failed)} of the sweep failed; their results.json and train.log say why"),
+        (running, f"{_runs(running)} of the sweep ended without writing a final status (a killed "
+                  f"process or a full disk); train.log says how far {'they' if running > 1 else 'it'} got"),
+        (refused, f"{_runs(refused)} {'were' if plural else 'was'} refused and left as "
+                  f"{'they were' if plural else 'it was'} (the errors above say why)"),
+    ]
+    return [clause for count, clause in clauses if count]
 
 
 def sweep_values(params) -> dict[str, list]:
