@@ -10,10 +10,13 @@ float32 scores 4·N(0,1) [256, n] for n ∈ {100, 1000, 10000} and k ∈ {1, 2, 
 without k once per n), each as a ratio to torch's cross-entropy timed alternately with it on the
 same scores (so both see the same cache state and machine load); medians over repeats, one
 thread. The noised losses' cost depends on the spread of the scores relative to ε (noise is
-drawn only where it can change the result), so the ratio at 4·N(0,1) is not a worst case. Also ``log_esp`` forward alone against the summation algorithm up to n = 100,000 (k = 5).
-Stability: ``log_esp`` (divide and conquer in log-space) against the summation algorithm on
-scores/(kτ), k = 5, for τ ∈ {10, 1, 0.1, 1e-2, 1e-3, 1e-4} in float32 and float64, on logits with
-ImageNet-like spread (4·N(0,1), the label raised by 15: about -15 to +30).
+drawn only where it can change the result), so the ratio at 4·N(0,1) is not a worst case. The
+smooth SVM's cost depends on that spread too: at 4·N(0,1) and τ = 1 ``log_esp`` keeps every row
+from linear space; rows spread much wider come from log space. Also B18's divide and conquer in
+log space (``log_space_esp``, forward alone) against the summation algorithm up to n = 100,000
+(k = 5). Stability: ``log_space_esp`` against the summation algorithm on scores/(kτ), k = 5,
+for τ ∈ {10, 1, 0.1, 1e-2, 1e-3, 1e-4} in float32 and float64, on logits with ImageNet-like
+spread (4·N(0,1), the label raised by 15: about -15 to +30).
 Head-to-head (when ``pip install -e '.[peers]'`` has installed them): ``smooth_svm`` against
 difftopk's copy of B18's published loss (``difftopk.SmoothHardTopKLoss``), ``noised_bal`` and
 ``noised_imbal`` against G22's ``pytopk.BalNoisedTopK`` and ``pytopk.ImbalNoisedTopK``, with our
@@ -45,7 +48,7 @@ import torch.nn.functional as F
 from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 
-from topk.functional.esp import log_esp, log_esp_summation
+from topk.functional.esp import log_esp_summation, log_space_esp
 from topk.losses.margin import margins_for
 from topk.losses.noised import noised_topk_hinge
 from topk.losses.weights import without_class_weights
@@ -163,11 +166,11 @@ def bench_esp_forward(ns, budget, device=torch.device("cpu")) -> list[dict]:
     for n in ns:
         x = (torch.randn(BATCH, n, generator=generator) / 5).to(device)
         with torch.no_grad():
-            log_space = median_seconds(lambda x=x: log_esp(x, 5), budget, sync=sync)
+            log_space = median_seconds(lambda x=x: log_space_esp(x, 5), budget, sync=sync)
             summation = median_seconds(lambda x=x: log_esp_summation(x, 5), budget, sync=sync)
         rows.append({"n": n, "divide_conquer_log_seconds": log_space, "summation_seconds": summation,
                      "summation_over_divide_conquer": summation / log_space})
-        print(f"log_esp forward n={n}: DC {1e3 * log_space:.2f} ms, summation {1e3 * summation:.2f} ms", flush=True)
+        print(f"log_space_esp forward n={n}: DC {1e3 * log_space:.2f} ms, summation {1e3 * summation:.2f} ms", flush=True)
     return rows
 
 
@@ -337,10 +340,10 @@ def bench_stability(k: int = 5) -> list[dict]:
     scores = realistic_logits()
     rows = []
     for tau in TAUS:
-        reference = log_esp(scores / (k * tau), k)
+        reference = log_space_esp(scores / (k * tau), k)
         for dtype in (torch.float32, torch.float64):
             x = (scores / (k * tau)).to(dtype)
-            for algorithm, function in (("divide_conquer_log", log_esp), ("summation", log_esp_summation)):
+            for algorithm, function in (("divide_conquer_log", log_space_esp), ("summation", log_esp_summation)):
                 with torch.no_grad():
                     value = function(x, k).double()
                 finite = bool(torch.isfinite(value).all())
@@ -369,7 +372,7 @@ def markdown(speed, esp_rows, stability, where: str = "1 thread") -> str:
     ce = {n: statistics.median(r["ce_seconds"] for r in speed if r["n"] == n) for n in ns}
     lines += ["", "Cross-entropy itself (median of its paired timings): "
               + ", ".join(f"{1e3 * ce[n]:.2f} ms at n = {n}" for n in ns), ""]
-    lines += ["### `log_esp` forward, k = 5 (batch 256)", "", "| n | divide & conquer, log-space (ms) | summation (ms) | ratio |", "|---|---|---|---|"]
+    lines += ["### `log_space_esp` forward, k = 5 (batch 256)", "", "| n | divide & conquer, log-space (ms) | summation (ms) | ratio |", "|---|---|---|---|"]
     for row in esp_rows:
         lines.append(f"| {row['n']} | {1e3 * row['divide_conquer_log_seconds']:.2f} | {1e3 * row['summation_seconds']:.2f} | "
                      f"{row['summation_over_divide_conquer']:.1f} |")

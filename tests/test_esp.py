@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import functools
 import itertools
+import math
+from unittest import mock
 
 import pytest
 import torch
 
 from topk.functional.esp import (
-    LOG_ZERO,
-    _PolynomialProducts,
+    _RescaledLinearESP,
     log_esp,
     log_esp_summation,
+    log_space_esp,
     topk_marginals,
 )
+from topk.sync import sync_free
 
 TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)
-# log_esp with linear-space products tried at every level, so that small inputs exercise them too.
-log_esp_linear = functools.partial(log_esp, linear_from_degree=1)
 
 
 def brute_force_log_esp(x, k):
@@ -42,7 +42,7 @@ def value_and_grad(function, x, k, weights):
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 8, 10])
-@pytest.mark.parametrize("function", [log_esp, log_esp_linear, log_esp_summation])
+@pytest.mark.parametrize("function", [log_esp, log_space_esp, log_esp_summation])
 def test_all_degrees_match_enumeration(n, function):
     generator = torch.Generator().manual_seed(n)
     x = 2 * torch.randn(5, n, generator=generator, dtype=torch.float64)
@@ -54,7 +54,7 @@ def test_all_degrees_match_enumeration(n, function):
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-12)
 
 
-@pytest.mark.parametrize("function", [log_esp, log_esp_linear])
+@pytest.mark.parametrize("function", [log_esp, log_space_esp])
 def test_minus_infinity_is_a_zero_variable_with_zero_gradient(function):
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(4, 7, generator=generator, dtype=torch.float64)
@@ -68,41 +68,72 @@ def test_minus_infinity_is_a_zero_variable_with_zero_gradient(function):
     torch.testing.assert_close(grad[:, [0, 1, 3, 4, 5, 6]], expected_grad, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("function", [log_esp, log_esp_linear])
+@pytest.mark.parametrize("function", [log_esp, log_space_esp])
 def test_gradcheck(function):
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(3, 6, generator=generator, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x: function(x, 4), (x,))
 
 
-def test_linear_space_levels_equal_log_space_levels_with_padding_and_dropped_variables():
-    """n = 300 pads to 512 with e = 0, and every row drops a few variables (x = -inf, as the
-    smooth SVM drops the label): degrees above a subtree's nonzero count are log 0 there."""
+def trusted_rows(x, k):
+    """Which rows :func:`log_esp` keeps from linear space."""
+    return _RescaledLinearESP.apply(x, k)[1]
+
+
+def test_linear_space_equals_log_space_with_padding_and_dropped_variables():
+    """n = 300 pairs odd counts with 1 at several levels, and every row drops a few variables
+    (x = -inf, as the smooth SVM drops the label); two rows have fewer than k variables left,
+    so that σ_k = 0 there: those rows alone come from log space."""
     generator = torch.Generator().manual_seed(3)
     x = 3 * torch.randn(8, 300, generator=generator, dtype=torch.float64)
     x[torch.arange(8), torch.randint(0, 300, (8,), generator=generator)] = float("-inf")
-    x[:2, 100:] = float("-inf")
-    for k in (8, 20, 40):
+    x[:2, 30:] = float("-inf")
+    for k in (5, 8, 20, 40):
+        assert trusted_rows(x, k).tolist() == [k < 30] * 2 + [True] * 6
         weights = torch.randn(8, k + 1, generator=generator, dtype=torch.float64)
-        linear = value_and_grad(log_esp_linear, x, k, weights)
-        log_only = value_and_grad(functools.partial(log_esp, linear_from_degree=k + 1), x, k, weights)
+        linear = value_and_grad(log_esp, x, k, weights)
+        log_only = value_and_grad(log_space_esp, x, k, weights)
         torch.testing.assert_close(linear, log_only, rtol=1e-12, atol=1e-12)
 
 
-def test_linear_space_falls_back_to_log_space_where_it_would_underflow():
-    """A level runs in linear space on moderate float32 inputs, and falls back to log-sum-exps
-    (returning the same values) when a product's log-coefficients bend too much for float32."""
+@pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
+def test_rows_that_would_underflow_in_linear_space_come_from_log_space(dtype, tolerance):
+    """Moderate rows are kept from linear space; rows spread too widely for the dtype (σ_j tiny
+    beside its bound; float64 keeps a spread of 1,000, float32 does not) are recomputed in log
+    space; a batch mixing both gives each row's log-space value and gradient. Rows are shifted
+    to a maximum of 0, as the smooth SVM does, for precise float32 gradients."""
     generator = torch.Generator().manual_seed(4)
-    for spread, expect_linear in ((10.0, True), (1000.0, False)):
-        x = spread * torch.rand(16, 64, generator=generator) - spread
-        coefficients = torch.stack([torch.zeros_like(x), x])
-        for _ in range(4):  # up to input degree 16
-            coefficients, _ = _PolynomialProducts.apply(coefficients, 16, False)
-        linear, used_linear = _PolynomialProducts.apply(coefficients, 16, True)
-        log_only, used_log = _PolynomialProducts.apply(coefficients, 16, False)
-        assert bool(used_linear) == expect_linear and not bool(used_log)
-        assert (log_only > LOG_ZERO / 2).all()
-        torch.testing.assert_close(linear, log_only, rtol=1e-5, atol=1e-4)
+    spreads = torch.tensor([10.0, 1e4, 30.0, 1e5, 1.0, 1e3], dtype=torch.float64)
+    x = spreads[:, None] * torch.rand(6, 200, generator=generator, dtype=torch.float64)
+    x = (x - x.amax(dim=1, keepdim=True)).to(dtype)
+    k = 8
+    assert trusted_rows(x, k).tolist() == [True, False, True, False, True, dtype == torch.float64]
+    weights = torch.randn(6, k + 1, generator=generator, dtype=dtype)
+    got = value_and_grad(log_esp, x, k, weights)
+    expected = value_and_grad(log_space_esp, x.double(), k, weights.double())
+    assert all(torch.isfinite(part).all() for part in got)
+    torch.testing.assert_close(got[0].double(), expected[0], rtol=tolerance, atol=tolerance)
+    torch.testing.assert_close(got[1].double(), expected[1], rtol=1e-4 if dtype == torch.float32 else 1e-10,
+                               atol=tolerance)
+
+
+def test_linear_space_rescales_rows_whose_sigma_would_overflow_float32():
+    """1,000 equal scores, k = 20: σ_20 = C(1000, 20) ≈ 3.4e41 exceeds float32 (3.4e38); the
+    rescaled row stays in range and matches the closed form, its gradient k/n each."""
+    x = torch.zeros(2, 1000)
+    assert trusted_rows(x, 20).all()
+    value, grad = value_and_grad(log_esp, x, 20, torch.nn.functional.one_hot(torch.tensor([20, 20]), 21))
+    closed_form = [math.lgamma(1001) - math.lgamma(j + 1) - math.lgamma(1001 - j) for j in range(21)]
+    torch.testing.assert_close(value, torch.tensor([closed_form] * 2), rtol=1e-6, atol=1e-4)
+    torch.testing.assert_close(grad, torch.full((2, 1000), 0.02), rtol=1e-5, atol=0)
+
+
+def test_sync_free_mode_uses_log_space_alone():
+    """Where reading the data is not free (accelerators, ``torch.compile``), the linear-space
+    attempt and its row check are skipped."""
+    x = torch.randn(4, 50, dtype=torch.float64)
+    with sync_free(), mock.patch.object(_RescaledLinearESP, "apply", side_effect=AssertionError):
+        torch.testing.assert_close(log_esp(x, 5), log_space_esp(x, 5), rtol=0, atol=0)
 
 
 def test_rejects_degrees_outside_zero_to_n():

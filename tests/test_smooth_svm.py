@@ -147,9 +147,8 @@ def realistic_scores(batch=64, n=1000):
     return scores, labels
 
 
-# k = 20 (where log_esp multiplies in linear space) down to τ = 1e-3: at τ = 1e-4 its float32
-# log-coefficients reach about 1e6 (ulp 0.06), and a few near-tie gradients differ from float64
-# by up to 5e-5, with or without the linear-space levels. At τ = 1e-3 (log-coefficients up to
+# k = 20 down to τ = 1e-3: at τ = 1e-4 its float32 log-coefficients reach about 1e6 (ulp 0.06),
+# and a few near-tie gradients differ from float64 by up to 5e-5. At τ = 1e-3 (log-coefficients up to
 # about 1e5, ulp 0.008) one gradient of 64,000 differs by 1.3e-5 (9e-6 with the pairs of an
 # earlier pairing order): k = 20 gets an absolute tolerance of 2e-5.
 @pytest.mark.parametrize(

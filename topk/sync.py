@@ -8,7 +8,7 @@ CPU in eager mode it costs nothing: host and device are one.
 
 The losses read their data only where :func:`reads_are_free`, i.e. in eager mode on the CPU: for
 the input checks of the loss contract (:mod:`topk.losses.targets`) and for three shortcuts that
-pay on a CPU (linear-space levels of :func:`~topk.functional.esp.log_esp`, noise drawn only
+pay on a CPU (linear space for the rows of :func:`~topk.functional.esp.log_esp` that allow it, noise drawn only
 where it can matter in :func:`~topk.functional.perturbed.perturbed_topk`, and only the labels a
 soft target puts mass on in :func:`~topk.losses.targets.expected_over_targets`). Everywhere else
 they take a path chosen from shapes, dtypes and Python values alone, which ``torch.compile(...,

@@ -7,6 +7,9 @@ and work on ``e = exp(x)`` row by row.
 
 from __future__ import annotations
 
+import functools
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -24,70 +27,73 @@ LOG_ZERO = -1e30
 # such as log 0, and those terms change nothing.
 NEGLIGIBLE = -80.0
 
-# Input degree from which a level of the recursion first tries linear-space products
-# (:class:`_PolynomialProducts`). Below it the log-space products cost less: they need fewer
-# operations when each product has only a few terms (measured per level at batch 256, n = 1024,
-# one CPU thread: log-space faster up to degree 5, linear-space 1.2-2.5x faster from degree 8).
-LINEAR_FROM_DEGREE = 8
 
-# Smallest linear-space coefficient trusted to carry its own precision: terms lost to underflow
-# (below the dtype's smallest normal number) then change it by less than 1e-11 relative.
-_TRUSTED_MINIMUM = {torch.float32: 1e-25, torch.float64: 1e-280}
-
-
-def log_esp(x: torch.Tensor, k: int, *, linear_from_degree: int = LINEAR_FROM_DEGREE) -> torch.Tensor:
+def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tensor:
     r"""``log σ_j(exp(x))`` for ``j = 0 … k``: a ``[B, k + 1]`` tensor (column 0 is ``log 1 = 0``).
 
     Divide and conquer (B18 §4.2, Algorithm 1): start from the ``n`` polynomials ``1 + e_i X``,
     multiply them in pairs, truncating each product at degree ``k``, and repeat for the
-    ``log2 n`` levels of the recursion. A level is one batched operation over all samples and
-    all pairs. Coefficients are stored as logs, so nothing overflows in float32 even for
-    ``x = s / (kτ)`` with ``τ = 1e-4``. A level with an odd number of polynomials pairs the last
-    one with the polynomial ``1`` (padding ``n`` to a power of two with log 0 instead made
-    ``n = 10,000`` cost 2.5x more, one CPU thread); ``x = -inf`` is allowed and has gradient 0.
-    Float32 gradients are most precise for rows shifted to a maximum of 0 (``σ_j`` then scales
-    by ``e^{-j·max}``).
+    ``log2 n`` levels of the recursion; a level is one batched operation over all samples and
+    pairs, and a level with an odd number of polynomials pairs the last one with the polynomial
+    ``1``. ``x = -inf`` is allowed (``e = 0``) and has gradient 0. Two ways compute it:
 
-    Each product is computed one of two ways (:class:`_PolynomialProducts`): as log-sum-exps of
-    the terms (B18 Appendix B.2.1), or, from input degree ``linear_from_degree`` on, in linear
-    space after rescaling both factors so that no term can overflow, checked afterwards for
-    underflow: a level whose check fails, and every level after it, uses log-sum-exps. The
-    result is the same to rounding; linear space saves an ``exp`` per term, which makes ``k = 20``
-    cost 1.5x to 1.7x ``k = 5`` on a CPU instead of about 2.3x (``make bench-losses``). The check
-    reads one flag per level on the host, so linear space is tried only where that read is free
-    (:func:`topk.sync.reads_are_free`: eager mode on the CPU). On an accelerator and under
-    ``torch.compile`` every level uses log-sum-exps: no value is read, nothing waits for the
-    device, and the graph has no data-dependent branch. (Deciding per element instead, with both
-    results computed and one kept by ``torch.where``, would cost more than log space alone.)
+    * *Log space* (:func:`log_space_esp`, B18 Appendix B.2.1): coefficients are stored as logs
+      and each product is a log-sum-exp of its terms, so nothing overflows in float32 even for
+      ``x = s / (kτ)`` with ``τ = 1e-4`` (B18 Table 5). It costs an ``exp`` per term and a ``log``
+      per coefficient at every level.
+    * *Linear space* (:class:`_RescaledLinearESP`), where ``linear_space`` and reading the data
+      on the host is free (:func:`topk.sync.reads_are_free`: eager mode on the CPU): each row's
+      ``e`` is rescaled once so that no coefficient can overflow, the levels are plain
+      multiply-adds, and one ``exp`` per input and one ``log`` per output remain. A row is kept
+      only if its result provably lost less than the dtype's rounding to underflow (checked
+      from its ``σ_j`` alone); the other rows are recomputed in log space. On one CPU thread,
+      batch 256, forward and backward take about a third of log space's time at n = 1,000
+      (k = 5 and 20) and a quarter at n = 10,000 (``make bench-losses``). On an accelerator and
+      under ``torch.compile`` everything runs in log space: no value is read, nothing waits
+      for the device, and the graph has no data-dependent branch.
 
-    The gradient is the exact derivative of this computation, by a custom backward that reuses
-    the forward's terms (the chain rule autograd would apply, in fewer operations); it is not
-    B18's Algorithm 2, whose recursion is unstable (Appendix B.2.2).
+    Both give the same values to rounding, and their gradients are the exact derivatives of
+    their computations (custom backwards reusing the forward's terms), not B18's Algorithm 2,
+    whose recursion is unstable (Appendix B.2.2).
 
     Parameters
     ----------
     x : Tensor ``[B, n]``
-        Logs of the variables ``e``, float32 or float64, with ``k·|x|`` far below ``1e30``.
+        Logs of the variables ``e``, float32 or float64 (others use log space), with ``k·|x|``
+        far below ``1e30``.
     k : int
         Highest degree wanted, ``0 ≤ k ≤ n``.
-    linear_from_degree : int
-        Input degree from which linear-space products are tried (a large value turns them off).
+    linear_space : bool
+        Try linear space where it is allowed (``False``: log space only).
     """
     batch, n = x.shape
     if not 0 <= k <= n:
         raise ValueError(f"log_esp needs 0 <= k <= n = {n}, got k={k}")
+    x = x.clamp(min=LOG_ZERO)
+    if not (linear_space and k >= 1 and x.dtype in (torch.float32, torch.float64) and reads_are_free(x)):
+        return log_space_esp(x, k)
+    values, trusted = _RescaledLinearESP.apply(x, k)
+    if bool(trusted.all()):
+        return values
+    rows = (~trusted).nonzero().squeeze(1)
+    return values.index_copy(0, rows, log_space_esp(x[rows], k))
+
+
+def log_space_esp(x: torch.Tensor, k: int) -> torch.Tensor:
+    """:func:`log_esp` with every level in log space (B18 Algorithm 1 and Appendix B.2.1).
+
+    Float32 gradients are most precise for rows shifted to a maximum of 0 (``σ_j`` then scales
+    by ``e^{-j·max}``).
+    """
     # Degree-major layout [degree + 1, B, polynomials]: the log-coefficients [0, x_i] of 1 + e_i X.
     x = x.clamp(min=LOG_ZERO)
     coefficients = torch.stack([torch.zeros_like(x), x])
-    try_linear = x.dtype in _TRUSTED_MINIMUM and reads_are_free(x)
     while coefficients.shape[-1] > 1:
         if coefficients.shape[-1] % 2:  # an odd count: pair the last polynomial with 1
             one = torch.full_like(coefficients[..., :1], LOG_ZERO)
             one[0] = 0
             coefficients = torch.cat([coefficients, one], dim=-1)
-        linear = try_linear and coefficients.shape[0] - 1 >= linear_from_degree
-        coefficients, used_linear = _PolynomialProducts.apply(coefficients, k, linear)
-        try_linear = try_linear and (used_linear or not linear)
+        coefficients = _PolynomialProducts.apply(coefficients, k)
     return coefficients[: k + 1, :, 0].T
 
 
@@ -100,49 +106,20 @@ def _convolution_slices(degree_in: int, degree_out: int):
 
 
 class _PolynomialProducts(torch.autograd.Function):
-    r"""One level of the recursion: multiply polynomial ``p`` by polynomial ``p + m/2``, ``p < m/2``.
+    r"""One level of the recursion in log space: multiply polynomial ``p`` by polynomial
+    ``p + m/2``, ``p < m/2``.
 
     Input and output are log-coefficients ``[degree + 1, B, m]``; the output keeps degrees up to
-    ``k``. Returns also whether the level was computed in linear space (a bool tensor).
-
-    *Log space.* The output coefficient ``c_j = log Σ_i exp(a_i + b_{j-i})`` is a log-sum-exp
-    over its terms, for all pairs and samples at once (a loop over the ``≤ k`` output degrees).
-    Its derivative with respect to each term is the term's softmax weight
-    ``exp(a_i + b_{j-i} - c_j)``, which the forward pass computes anyway and saves.
-
-    *Linear space.* With a slope ``β`` per pair (the secant of the product's log-coefficients
-    from degree 0 to its highest nonzero one) and the shifts ``α_a = max_i (a_i - β i)``,
-    ``α_b`` alike, the factors ``m_i = exp(a_i - β i - α_a)`` and ``n_l = exp(b_l - β l - α_b)``
-    lie in ``[0, 1]``, and ``c_j = log C_j + α_a + α_b + β j`` with ``C_j = Σ_i m_i n_{j-i}``, a
-    plain convolution (no overflow: ``C_j ≤ k + 1``). Its derivative with respect to ``a_i`` is
-    ``Σ_j g_j m_i n_{j-i} / C_j``, again a convolution. The result is trusted when every nonzero
-    ``C_j`` is at least ``_TRUSTED_MINIMUM``; otherwise the level is recomputed in log space
-    (which happens when the log-coefficients bend by more than about 57 within one product, e.g.
-    float32 with ``x`` spread over more than 100).
+    ``k``. The output coefficient ``c_j = log Σ_i exp(a_i + b_{j-i})`` is a log-sum-exp over its
+    terms, for all pairs and samples at once (a loop over the ``≤ k`` output degrees). Its
+    derivative with respect to each term is the term's softmax weight ``exp(a_i + b_{j-i} - c_j)``,
+    which the forward pass computes anyway and saves.
     """
 
     @staticmethod
-    def forward(ctx, coefficients: torch.Tensor, k: int, linear: bool):
-        ctx.degree_in = coefficients.shape[0] - 1
-        ctx.degree_out = min(2 * ctx.degree_in, k)
-        products = _PolynomialProducts._linear_forward(ctx, coefficients) if linear else None
-        ctx.linear = products is not None
-        if not ctx.linear:
-            products = _PolynomialProducts._log_forward(ctx, coefficients)
-        used_linear = torch.tensor(ctx.linear)
-        ctx.mark_non_differentiable(used_linear)
-        return products, used_linear
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_products: torch.Tensor, _grad_flag):
-        if ctx.linear:
-            return _PolynomialProducts._linear_backward(ctx, grad_products), None, None
-        return _PolynomialProducts._log_backward(ctx, grad_products), None, None
-
-    @staticmethod
-    def _log_forward(ctx, coefficients: torch.Tensor) -> torch.Tensor:
-        degree_in, degree_out = ctx.degree_in, ctx.degree_out
+    def forward(ctx, coefficients: torch.Tensor, k: int):
+        degree_in = coefficients.shape[0] - 1
+        degree_out = min(2 * degree_in, k)
         _, batch, width = coefficients.shape
         half = width // 2
         a = coefficients[..., :half]
@@ -157,11 +134,13 @@ class _PolynomialProducts(torch.autograd.Function):
             weights.append(terms.sub_(peaks[j - 1]).clamp_(min=NEGLIGIBLE).exp_())
             torch.sum(weights[-1], 0, out=totals[j - 1])
         ctx.save_for_backward(totals, *weights)
+        ctx.degree_in = degree_in
         peaks += totals.log()
         return products
 
     @staticmethod
-    def _log_backward(ctx, grad_products: torch.Tensor) -> torch.Tensor:
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_products: torch.Tensor):
         degree_in = ctx.degree_in
         totals, *weights = ctx.saved_tensors
         grad_terms = grad_products[1:] / totals
@@ -175,54 +154,106 @@ class _PolynomialProducts(torch.autograd.Function):
             grad_a[a_slice] += share
             grad_b_reversed[b_slice] += share
         grad[..., half:] = grad_b_reversed.flip(0)
-        return grad
+        return grad, None
+
+
+@functools.cache
+def _linear_space_limits(n: int, k: int, dtype: torch.dtype) -> tuple[float, tuple[float, ...], float]:
+    """For rows of ``n`` variables in ``dtype``: the log of the sum ``S`` that
+    :class:`_RescaledLinearESP` rescales ``e`` to, the log of ``C(n, j)·tiny/eps`` for
+    ``j = 1 … k``, and the log of the smallest ``σ_j`` it accepts (see there)."""
+    info = torch.finfo(dtype)
+    log_ceiling = math.log(info.max) / 2
+    log_sum = min((log_ceiling + math.lgamma(j + 1)) / j for j in range(1, k + 1))
+    lost = tuple(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                 + math.log(info.tiny) - math.log(info.eps) for j in range(1, k + 1))
+    return log_sum, lost, -log_ceiling / 2
+
+
+def _linear_products(coefficients: torch.Tensor, k: int) -> torch.Tensor:
+    """One level in linear space: polynomial ``p`` times polynomial ``p + m/2``, truncated at
+    degree ``k``. Coefficients ``[d, m, B]`` of degrees ``1 … d`` (degree 0 is 1 throughout):
+    ``c_j = a_j + b_j + Σ_{i=1}^{j-1} a_i b_{j-i}``."""
+    degree, half = coefficients.shape[0], coefficients.shape[1] // 2
+    a, b = coefficients[:, :half], coefficients[:, half:]
+    degree_out = min(2 * degree, k)
+    products = coefficients.new_empty((degree_out, half, coefficients.shape[2]))
+    torch.add(a, b, out=products[:degree])
+    products[degree:] = 0
+    for i in range(1, min(degree, degree_out - 1) + 1):
+        count = min(degree, degree_out - i)  # the terms a_i b_l, l = 1 … count
+        products[i : i + count].addcmul_(b[:count], a[i - 1])
+    return products
+
+
+def _linear_products_backward(grad: torch.Tensor, coefficients: torch.Tensor) -> torch.Tensor:
+    """The gradient of a level's input coefficients from that of its products ``[D, m/2, B]``:
+    ``∂/∂a_i = g_i + Σ_{l≥1} g_{i+l} b_l``, and alike for ``b``."""
+    degree, half = coefficients.shape[0], grad.shape[1]
+    a, b = coefficients[:, :half], coefficients[:, half:]
+    result = torch.empty_like(coefficients)
+    grad_a, grad_b = result[:, :half], result[:, half:]
+    grad_a.copy_(grad[:degree])
+    grad_b.copy_(grad[:degree])
+    for offset in range(1, min(degree, grad.shape[0] - 1) + 1):
+        count = min(degree, grad.shape[0] - offset)
+        grad_a[:count].addcmul_(grad[offset : offset + count], b[offset - 1])
+        grad_b[:count].addcmul_(grad[offset : offset + count], a[offset - 1])
+    return result
+
+
+class _RescaledLinearESP(torch.autograd.Function):
+    r""":func:`log_esp` in linear space, and whether each row's result can be trusted (a bool
+    ``[B]``; the values of an untrusted row are 0, its gradient is 0).
+
+    Each row is shifted to a maximum of 0 and rescaled, ``e_i = ρ exp(x_i - max x)``, with ``ρ``
+    such that ``S = Σ_i e_i`` is the largest sum for which ``S^j / j! ≤ √max`` for every
+    ``j ≤ k``; since ``σ_j ≤ S^j / j!``, no coefficient can exceed ``√max`` of the dtype (about
+    ``2^64`` in float32) and every gradient stays finite. ``log σ_j(exp(x)) = log σ_j(e) +
+    j (max x - log ρ)``; the shift and ``ρ`` are constants of the derivative (the identity holds
+    for any of them).
+
+    A term of ``σ_j`` (a product of ``j`` variables) whose partial products all stay above the
+    dtype's smallest normal number ``tiny`` is exact to rounding; the others, fewer than
+    ``C(n, j)``, are each below ``tiny · max(1, ρ)^j``. A row is trusted when, for every
+    ``j``, that lost mass is below ``eps`` times its ``σ_j`` and ``σ_j ≥ max^{-1/4}`` (which
+    bounds the backward's intermediate products).
+    """
 
     @staticmethod
-    def _linear_forward(ctx, coefficients: torch.Tensor) -> torch.Tensor | None:
-        """The level's log-coefficients, saving ``m, n, C`` for the backward, or ``None`` when
-        underflow makes the linear-space result untrustworthy (a read of the data on the host:
-        :func:`log_esp` calls it only where :func:`~topk.sync.reads_are_free`)."""
-        degree_in, degree_out = ctx.degree_in, ctx.degree_out
-        half = coefficients.shape[-1] // 2
-        a, b = coefficients[..., :half], coefficients[..., half:]
-        # Highest nonzero degree of each factor (coefficients of a subtree with fewer than j
-        # nonzero variables are log 0) and of their product.
-        top_a = (a > LOG_ZERO / 2).sum(0, keepdim=True) - 1
-        top_b = (b > LOG_ZERO / 2).sum(0, keepdim=True) - 1
-        top = top_a + top_b
-        slope = (a.gather(0, top_a) + b.gather(0, top_b)) / top.clamp(min=1)
-        ramp = slope * torch.arange(degree_in + 1, dtype=a.dtype, device=a.device).view(-1, 1, 1)
-        a_flat, b_flat = a - ramp, b - ramp
-        a_peak, b_peak = a_flat.amax(0, keepdim=True), b_flat.amax(0, keepdim=True)
-        m = a_flat.sub_(a_peak).exp_()
-        n = b_flat.sub_(b_peak).exp_()
-        scaled = coefficients.new_zeros((degree_out + 1,) + a.shape[1:])
-        for i in range(min(degree_in, degree_out) + 1):
-            last = min(degree_in, degree_out - i)
-            scaled[i : i + last + 1].addcmul_(n[: last + 1], m[i])
-        degrees_out = torch.arange(degree_out + 1, device=a.device).view(-1, 1, 1)
-        nonzero = degrees_out <= top
-        if not bool(((scaled >= _TRUSTED_MINIMUM[a.dtype]) | ~nonzero).all()):
-            return None
-        products = scaled.log().add_(a_peak + b_peak).add_(slope * degrees_out).clamp_(min=LOG_ZERO)
-        products[0] = 0
-        ctx.save_for_backward(m, n, scaled)
-        return products
+    def forward(ctx, x: torch.Tensor, k: int):
+        batch, n = x.shape
+        log_sum, lost, log_floor = _linear_space_limits(n, k, x.dtype)
+        shift = x.amax(1, keepdim=True)
+        e = (x - shift).exp_()
+        log_rho = log_sum - e.sum(1, keepdim=True).log()
+        leaves = torch.mul(e.T, log_rho.T.exp()).unsqueeze(0)  # [degree 1, n, B]
+        coefficients, levels = leaves, []
+        while coefficients.shape[1] > 1:
+            if coefficients.shape[1] % 2:  # an odd count: pair the last polynomial with 1
+                coefficients = F.pad(coefficients, (0, 0, 0, 1))
+            levels.append(coefficients)
+            coefficients = _linear_products(coefficients, k)
+        sigma = coefficients[:, 0]  # σ_1 … σ_k of e, [k, B]
+        log_sigma = sigma.log().T
+        degrees = torch.arange(1, k + 1, dtype=x.dtype, device=x.device)
+        smallest = torch.tensor(lost, dtype=x.dtype, device=x.device) + degrees * log_rho.clamp(min=0)
+        trusted = (log_sigma >= smallest.clamp(min=log_floor)).all(1)
+        values = torch.where(trusted[:, None], log_sigma + degrees * (shift - log_rho), 0)
+        ctx.save_for_backward(sigma, trusted, *levels)
+        ctx.mark_non_differentiable(trusted)
+        ctx.n = n
+        return F.pad(values, (1, 0)), trusted
 
     @staticmethod
-    def _linear_backward(ctx, grad_products: torch.Tensor) -> torch.Tensor:
-        degree_in, degree_out = ctx.degree_in, ctx.degree_out
-        m, n, scaled = ctx.saved_tensors
-        # g_j / C_j, zero where C_j = 0 (a product degree above every nonzero term).
-        grad_scaled = torch.where(scaled > 0, grad_products / scaled, 0)
-        grad_scaled[0] = 0  # c_0 = log 1 is a constant
-        grad_a, grad_b = torch.zeros_like(m), torch.zeros_like(n)
-        # grad_a_i += (g/C)_{i+d} n_d and grad_b_i += (g/C)_{i+d} m_d, for every offset d.
-        for offset in range(min(degree_in, degree_out) + 1):
-            last = min(degree_in, degree_out - offset)
-            grad_a[: last + 1].addcmul_(grad_scaled[offset : offset + last + 1], n[offset])
-            grad_b[: last + 1].addcmul_(grad_scaled[offset : offset + last + 1], m[offset])
-        return torch.cat([grad_a.mul_(m), grad_b.mul_(n)], dim=-1)
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_values: torch.Tensor, _grad_trusted):
+        sigma, trusted, *levels = ctx.saved_tensors
+        grad = torch.where(trusted, grad_values[:, 1:].T / sigma, 0).unsqueeze(1)  # [k, 1, B]
+        for coefficients in reversed(levels):
+            grad = _linear_products_backward(grad[:, : coefficients.shape[1] // 2], coefficients)
+        e = levels[0][0, : ctx.n] if levels else sigma  # n = 1: no level, σ_1 = e
+        return (grad[0, : ctx.n] * e).T, None
 
 
 def log_esp_summation(x: torch.Tensor, k: int) -> torch.Tensor:
