@@ -11,7 +11,8 @@ import torch.nn.functional as F
 
 from helpers import value_and_grad
 from topk.errors import ConfigError
-from topk.functional.perturbed import candidate_columns, perturbed_topk
+from topk.functional import perturbed
+from topk.functional.perturbed import candidate_columns, kth_largest_lower_bound, perturbed_topk
 from topk.losses.hinge import CalibratedTopKHingeLoss
 from topk.losses.noised import NoisedImbalancedTopKHingeLoss, NoisedTopKHingeLoss, noised_topk_hinge
 
@@ -117,6 +118,33 @@ def test_candidate_columns_pad_short_rows_with_minus_infinity():
     columns, candidates = candidate_columns(scores, 1, 0.02)
     assert columns.tolist() == [[0, 1, 2], [1, 0, 0]]
     assert candidates[1].tolist() == [7.0, -math.inf, -math.inf]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_kth_largest_equals_topk_with_ties_counted(dtype):
+    """Values and positions of the k-th largest along dim 0, as torch.topk's; rows of integer
+    values have many ties, counted with their multiplicity (the position is then the last of
+    the equal entries)."""
+    generator = torch.Generator().manual_seed(6)
+    for values in (torch.randn(9, 4, 5, generator=generator), torch.randint(0, 4, (9, 4, 5), generator=generator).float()):
+        values = values.to(dtype)
+        for k in (1, 2, 5, 9):
+            kth, position = perturbed.kth_largest(values, k)
+            expected = torch.topk(values.float(), k, dim=0).values[-1].to(dtype)
+            assert torch.equal(kth, expected)
+            assert (values.gather(0, position.unsqueeze(0))[0] == kth).all()
+            later = torch.arange(9).view(-1, 1, 1) > position
+            assert not ((values == kth) & later).any()
+
+
+def test_kth_largest_lower_bound_is_a_lower_bound_and_often_exact():
+    generator = torch.Generator().manual_seed(7)
+    scores = 4 * torch.randn(64, 1000, generator=generator)
+    for k, exact_share in ((1, 1.0), (6, 0.6), (16, 0.1)):  # k largest in distinct groups of 64
+        bound, exact = kth_largest_lower_bound(scores, k), torch.topk(scores, k, dim=1).values[:, -1:]
+        assert (bound <= exact).all() and (bound == exact).float().mean() >= exact_share
+    small = scores[:, :100]  # below 8 groups' worth of columns: exact
+    assert torch.equal(kth_largest_lower_bound(small, 6), torch.topk(small, 6, dim=1).values[:, -1:])
 
 
 def test_g22_worked_example():
