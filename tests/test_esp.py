@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from topk.functional.esp import (
+    _linear_space_dtype,
     _RescaledLinearESP,
     log_esp,
     log_esp_summation,
@@ -77,7 +78,7 @@ def test_gradcheck(function):
 
 def trusted_rows(x, k):
     """Which rows :func:`log_esp` keeps from linear space."""
-    return _RescaledLinearESP.apply(x, k)[1]
+    return _RescaledLinearESP.apply(x, k, x.dtype)[1]
 
 
 def test_linear_space_equals_log_space_with_padding_and_dropped_variables():
@@ -126,6 +127,21 @@ def test_linear_space_rescales_rows_whose_sigma_would_overflow_float32():
     closed_form = [math.lgamma(1001) - math.lgamma(j + 1) - math.lgamma(1001 - j) for j in range(21)]
     torch.testing.assert_close(value, torch.tensor([closed_form] * 2), rtol=1e-6, atol=1e-4)
     torch.testing.assert_close(grad, torch.full((2, 1000), 0.02), rtol=1e-5, atol=0)
+
+
+def test_float32_rows_whose_sigma_float32_cannot_hold_are_computed_in_float64():
+    """C(3000, 20) ≈ 1e51 terms could each underflow float32 unnoticed: such (n, k) are computed
+    in float64 (with float32 values and gradients back), smaller ones in float32."""
+    assert _linear_space_dtype(1000, 20, torch.float32) == torch.float32
+    assert _linear_space_dtype(3000, 20, torch.float32) == torch.float64
+    assert _linear_space_dtype(3000, 20, torch.bfloat16) is None
+    generator = torch.Generator().manual_seed(5)
+    x = torch.randn(4, 3000, generator=generator)
+    weights = torch.randn(4, 21, generator=generator)
+    value, grad = value_and_grad(log_esp, x, 20, weights)
+    assert value.dtype == grad.dtype == torch.float32
+    expected = value_and_grad(log_space_esp, x.double(), 20, weights.double())
+    torch.testing.assert_close((value.double(), grad.double()), expected, rtol=1e-6, atol=1e-6)
 
 
 def test_sync_free_mode_uses_log_space_alone():

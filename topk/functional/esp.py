@@ -27,6 +27,10 @@ LOG_ZERO = -1e30
 # such as log 0, and those terms change nothing.
 NEGLIGIBLE = -80.0
 
+# Linear space is tried for a row only where the dtype can hold a σ_j at least e^ROOM times its
+# smallest trusted value (see :func:`_linear_space_dtype`).
+ROOM = 5.0
+
 
 def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tensor:
     r"""``log σ_j(exp(x))`` for ``j = 0 … k``: a ``[B, k + 1]`` tensor (column 0 is ``log 1 = 0``).
@@ -70,9 +74,10 @@ def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tens
     if not 0 <= k <= n:
         raise ValueError(f"log_esp needs 0 <= k <= n = {n}, got k={k}")
     x = x.clamp(min=LOG_ZERO)
-    if not (linear_space and k >= 1 and x.dtype in (torch.float32, torch.float64) and reads_are_free(x)):
+    dtype = _linear_space_dtype(n, k, x.dtype) if linear_space and reads_are_free(x) else None
+    if dtype is None:
         return log_space_esp(x, k)
-    values, trusted = _RescaledLinearESP.apply(x, k)
+    values, trusted = _RescaledLinearESP.apply(x, k, dtype)
     if bool(trusted.all()):
         return values
     rows = (~trusted).nonzero().squeeze(1)
@@ -157,6 +162,21 @@ class _PolynomialProducts(torch.autograd.Function):
         return grad, None
 
 
+def _linear_space_dtype(n: int, k: int, dtype: torch.dtype) -> torch.dtype | None:
+    """The dtype :class:`_RescaledLinearESP` computes ``n`` variables of ``dtype`` in: their
+    own (float32 or float64) where its range leaves room between the largest ``σ_j`` and the
+    smallest trusted one (float32: ``C(n, k)`` up to about 1e40, e.g. k = 20 at n = 1,000 but
+    not at n = 10,000), else float64; ``None`` (log space) for other dtypes, ``k = 0``, or
+    where float64 lacks the room too."""
+    if k == 0 or dtype not in (torch.float32, torch.float64):
+        return None
+    for candidate in dict.fromkeys((dtype, torch.float64)):
+        log_sum, lost, log_floor = _linear_space_limits(n, k, candidate)
+        if max(lost) < -2 * log_floor - ROOM:
+            return candidate
+    return None
+
+
 @functools.cache
 def _linear_space_limits(n: int, k: int, dtype: torch.dtype) -> tuple[float, tuple[float, ...], float]:
     """For rows of ``n`` variables in ``dtype``: the log of the sum ``S`` that
@@ -221,9 +241,10 @@ class _RescaledLinearESP(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, k: int):
+    def forward(ctx, x: torch.Tensor, k: int, dtype: torch.dtype):
         batch, n = x.shape
-        log_sum, lost, log_floor = _linear_space_limits(n, k, x.dtype)
+        log_sum, lost, log_floor = _linear_space_limits(n, k, dtype)
+        ctx.input_dtype, x = x.dtype, x.to(dtype)
         shift = x.amax(1, keepdim=True)
         e = (x - shift).exp_()
         log_rho = log_sum - e.sum(1, keepdim=True).log()
@@ -243,17 +264,17 @@ class _RescaledLinearESP(torch.autograd.Function):
         ctx.save_for_backward(sigma, trusted, *levels)
         ctx.mark_non_differentiable(trusted)
         ctx.n = n
-        return F.pad(values, (1, 0)), trusted
+        return F.pad(values, (1, 0)).to(ctx.input_dtype), trusted
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_values: torch.Tensor, _grad_trusted):
         sigma, trusted, *levels = ctx.saved_tensors
-        grad = torch.where(trusted, grad_values[:, 1:].T / sigma, 0).unsqueeze(1)  # [k, 1, B]
+        grad = torch.where(trusted, grad_values[:, 1:].T.to(sigma.dtype) / sigma, 0).unsqueeze(1)  # [k, 1, B]
         for coefficients in reversed(levels):
             grad = _linear_products_backward(grad[:, : coefficients.shape[1] // 2], coefficients)
         e = levels[0][0, : ctx.n] if levels else sigma  # n = 1: no level, σ_1 = e
-        return (grad[0, : ctx.n] * e).T, None
+        return (grad[0, : ctx.n] * e).T.to(ctx.input_dtype), None, None
 
 
 def log_esp_summation(x: torch.Tensor, k: int) -> torch.Tensor:
