@@ -27,8 +27,8 @@ LOG_ZERO = -1e30
 # such as log 0, and those terms change nothing.
 NEGLIGIBLE = -80.0
 
-# Linear space is tried for a row only where the dtype can hold a σ_j at least e^ROOM times its
-# smallest trusted value (see :func:`_linear_space_dtype`).
+# Linear space is tried in a dtype only where a σ_j can be e^ROOM times the smallest value it
+# trusts (see :func:`_linear_space_dtype`).
 ROOM = 5.0
 
 
@@ -164,15 +164,16 @@ class _PolynomialProducts(torch.autograd.Function):
 
 def _linear_space_dtype(n: int, k: int, dtype: torch.dtype) -> torch.dtype | None:
     """The dtype :class:`_RescaledLinearESP` computes ``n`` variables of ``dtype`` in: their
-    own (float32 or float64) where its range leaves room between the largest ``σ_j`` and the
-    smallest trusted one (float32: ``C(n, k)`` up to about 1e40, e.g. k = 20 at n = 1,000 but
-    not at n = 10,000), else float64; ``None`` (log space) for other dtypes, ``k = 0``, or
-    where float64 lacks the room too."""
+    own (float32 or float64) where the largest possible ``σ_j`` (``√max``) exceeds the
+    smallest trusted one by ``e^ROOM`` (float32: ``C(n, k)`` up to about 1e48, e.g. k = 20 at
+    n = 2,000 but not at n = 3,000), else float64; ``None`` (log space) for other dtypes,
+    ``k = 0``, or where float64 lacks the room too."""
     if k == 0 or dtype not in (torch.float32, torch.float64):
         return None
     for candidate in dict.fromkeys((dtype, torch.float64)):
-        log_sum, lost, log_floor = _linear_space_limits(n, k, candidate)
-        if max(lost) < -2 * log_floor - ROOM:
+        _, lost, log_floor = _linear_space_limits(n, k, candidate)
+        log_ceiling = -2 * log_floor  # the log of √max
+        if max(lost) < log_ceiling - ROOM:
             return candidate
     return None
 
