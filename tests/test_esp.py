@@ -221,3 +221,28 @@ def test_topk_marginals_work_in_inference_mode_in_float32():
     assert not marginals.requires_grad
     assert torch.isfinite(marginals).all()
     torch.testing.assert_close(marginals.sum(dim=1), torch.full((8,), 5.0))
+
+
+@pytest.mark.parametrize("dtype,value_tolerance,grad_tolerance", [(torch.float32, 1e-5, 1e-4),
+                                                                  (torch.float64, 1e-12, 1e-12)])
+def test_log_esp_equals_float64_log_space_on_random_shapes_and_spreads(dtype, value_tolerance, grad_tolerance):
+    """Rows of every width and spread (1e-2 to 1e5, some with a variable dropped), k up to 25:
+    finite, and within float rounding of float64 log space, values and gradients, whichever
+    way each row was computed (the float32 gradients least precise, to 9e-5 of the row's
+    largest, are those of widely spread rows, which come from log space)."""
+    generator = torch.Generator().manual_seed(11)
+    draws = torch.randint(0, 1000, (40, 4), generator=generator).tolist()
+    for width_draw, k_draw, spread_draw, drop in draws:
+        n = (2, 3, 7, 16, 33, 100, 257, 1000)[width_draw % 8]
+        k = 1 + k_draw % min(n, 25)
+        x = (1e-2, 1.0, 10.0, 100.0, 1e3, 1e5)[spread_draw % 6] * torch.randn(6, n, generator=generator, dtype=torch.float64)
+        if drop % 3 == 0 and n > k + 2:
+            x[:, drop % n] = float("-inf")
+        x = (x - x.amax(dim=1, keepdim=True)).to(dtype)
+        weights = torch.randn(6, k + 1, generator=generator, dtype=torch.float64)
+        value, grad = value_and_grad(log_esp, x, k, weights.to(dtype))
+        expected_value, expected_grad = value_and_grad(log_space_esp, x.double(), k, weights)
+        assert torch.isfinite(value).all() and torch.isfinite(grad).all(), (n, k)
+        assert ((value.double() - expected_value).abs() <= value_tolerance * expected_value.abs().clamp(min=1)).all(), (n, k)
+        grad_scale = expected_grad.abs().amax(dim=1, keepdim=True).clamp(min=1)
+        assert ((grad.double() - expected_grad).abs() <= grad_tolerance * grad_scale).all(), (n, k)
