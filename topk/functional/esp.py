@@ -73,7 +73,6 @@ def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tens
     batch, n = x.shape
     if not 0 <= k <= n:
         raise ValueError(f"log_esp needs 0 <= k <= n = {n}, got k={k}")
-    x = x.clamp(min=LOG_ZERO)
     dtype = _linear_space_dtype(n, k, x.dtype) if linear_space and reads_are_free(x) else None
     if dtype is None:
         return log_space_esp(x, k)

@@ -104,14 +104,13 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
         return kth.to(values.dtype), position
     values = values.contiguous()
     lowered, mask = values.clone(), torch.empty_like(values)
+    kth = lowered.amax(0)
     taken = values.new_zeros(values.shape[1:])
-    kth = values.new_empty(values.shape[1:])
-    for _ in range(k):
-        peak = lowered.amax(0)
-        torch.ge(lowered, peak, out=mask)
-        kth = torch.where(taken < k, peak, kth)
+    for _ in range(k - 1):
+        torch.ge(lowered, kth, out=mask)  # the entries equal to this round's maximum
         taken += mask.sum(0)
         lowered.add_(mask, alpha=-1e30)
+        kth = torch.where(taken < k, lowered.amax(0), kth)
     torch.eq(values, kth, out=mask)
     positions = torch.arange(values.shape[0], dtype=values.dtype, device=values.device)
     position = mask.mul_(positions.view(-1, *[1] * (values.dim() - 1))).amax(0)
