@@ -52,7 +52,7 @@ def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tens
       only if its result provably lost less than the dtype's rounding to underflow (checked
       from its ``σ_j`` alone); the other rows are recomputed in log space. On one CPU thread,
       batch 256, forward and backward take about a third of log space's time at n = 1,000
-      (k = 5 and 20) and a quarter at n = 10,000, k = 5 (timed alternately in one process;
+      (k = 5 and 20) and a quarter at n = 10,000, k = 5 (timed one after the other in one process;
       ``make bench-losses`` times the whole loss). On an accelerator and
       under ``torch.compile`` everything runs in log space: no value is read, nothing waits
       for the device, and the graph has no data-dependent branch.
