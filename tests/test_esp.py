@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from topk.functional.esp import (
-    _linear_space_dtype,
     _RescaledLinearESP,
     log_esp,
     log_esp_summation,
@@ -78,7 +77,7 @@ def test_gradcheck(function):
 
 def trusted_rows(x, k):
     """Which rows :func:`log_esp` keeps from linear space."""
-    return _RescaledLinearESP.apply(x, k, x.dtype)[1]
+    return _RescaledLinearESP.apply(x, k)[1]
 
 
 def test_linear_space_equals_log_space_with_padding_and_dropped_variables():
@@ -99,16 +98,16 @@ def test_linear_space_equals_log_space_with_padding_and_dropped_variables():
 
 @pytest.mark.parametrize("dtype,tolerance", [(torch.float32, 1e-5), (torch.float64, 1e-12)])
 def test_rows_that_would_underflow_in_linear_space_come_from_log_space(dtype, tolerance):
-    """Moderate rows are kept from linear space; rows spread too widely for the dtype (σ_j tiny
-    beside its bound; float64 keeps a spread of 1,000, float32 does not) are recomputed in log
-    space; a batch mixing both gives each row's log-space value and gradient. Rows are shifted
-    to a maximum of 0, as the smooth SVM does, for precise float32 gradients."""
+    """Moderate rows, up to a spread of 1,000, are kept from linear space; rows spread over
+    1e4 and 1e5 (σ_8 below ``max^{-1/4}`` after the rescaling) are recomputed in log space; a
+    batch mixing both gives each row's log-space value and gradient. Rows are shifted to a
+    maximum of 0, as the smooth SVM does, for precise float32 gradients."""
     generator = torch.Generator().manual_seed(4)
     spreads = torch.tensor([10.0, 1e4, 30.0, 1e5, 1.0, 1e3], dtype=torch.float64)
     x = spreads[:, None] * torch.rand(6, 200, generator=generator, dtype=torch.float64)
     x = (x - x.amax(dim=1, keepdim=True)).to(dtype)
     k = 8
-    assert trusted_rows(x, k).tolist() == [True, False, True, False, True, dtype == torch.float64]
+    assert trusted_rows(x, k).tolist() == [True, False, True, False, True, True]
     weights = torch.randn(6, k + 1, generator=generator, dtype=dtype)
     got = value_and_grad(log_esp, x, k, weights)
     expected = value_and_grad(log_space_esp, x.double(), k, weights.double())
@@ -129,19 +128,33 @@ def test_linear_space_rescales_rows_whose_sigma_would_overflow_float32():
     torch.testing.assert_close(grad, torch.full((2, 1000), 0.02), rtol=1e-5, atol=0)
 
 
-def test_float32_rows_whose_sigma_float32_cannot_hold_are_computed_in_float64():
-    """C(3000, 20) ≈ 1e51 terms could each underflow float32 unnoticed: such (n, k) are computed
-    in float64 (with float32 values and gradients back), smaller ones in float32."""
-    assert _linear_space_dtype(1000, 20, torch.float32) == torch.float32
-    assert _linear_space_dtype(3000, 20, torch.float32) == torch.float64
-    assert _linear_space_dtype(3000, 20, torch.bfloat16) is None
+@pytest.mark.parametrize("n", [3000, 10000])
+def test_float32_linear_space_holds_where_sigma_has_more_terms_than_float32_can_count(n):
+    """C(n, 20) is about 1e51 at n = 3,000 and 4e61 at n = 10,000, beyond float32's 3.4e38: the
+    row check bounds underflow per operation of the tree (4nk·tiny), not per term, so these
+    rows stay in float32 linear space and agree with float64 log space."""
     generator = torch.Generator().manual_seed(5)
-    x = torch.randn(4, 3000, generator=generator)
+    x = torch.randn(4, n, generator=generator)
+    assert trusted_rows(x, 20).all()
     weights = torch.randn(4, 21, generator=generator)
-    value, grad = value_and_grad(log_esp, x, 20, weights)
+    with mock.patch("topk.functional.esp.log_space_esp", side_effect=AssertionError):
+        value, grad = value_and_grad(log_esp, x, 20, weights)
     assert value.dtype == grad.dtype == torch.float32
     expected = value_and_grad(log_space_esp, x.double(), 20, weights.double())
-    torch.testing.assert_close((value.double(), grad.double()), expected, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(value.double(), expected[0], rtol=1e-6, atol=1e-5)
+    torch.testing.assert_close(grad.double(), expected[1], rtol=1e-4, atol=1e-7)
+
+
+def test_row_check_bounds_underflow_by_the_lower_degrees():
+    """k = 2, one score of 0 and 999 of -L in float32: ρ ≈ 6.1e9 and σ_1 ≈ ρ, so underflow could
+    move σ_2 by up to U·(1 + σ_1) ≈ 3.5e-15 (U = 4nk·ρ·tiny), which is eps·σ_2 for σ_2 ≈ 3e-8.
+    At L = 72.7 (σ_2 ≈ 1e-9, above the floor max^{-1/4} ≈ 2.3e-10) the row is refused; at
+    L = 68 (σ_2 ≈ 1e-7) it is kept. Both give log space's values."""
+    x = torch.full((2, 1000), -72.7)
+    x[1] = -68.0
+    x[:, 0] = 0.0
+    assert trusted_rows(x, 2).tolist() == [False, True]
+    torch.testing.assert_close(log_esp(x, 2).double(), log_space_esp(x.double(), 2), rtol=1e-6, atol=1e-6)
 
 
 def test_sync_free_mode_uses_log_space_alone():

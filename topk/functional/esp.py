@@ -27,11 +27,6 @@ LOG_ZERO = -1e30
 # such as log 0, and those terms change nothing.
 NEGLIGIBLE = -80.0
 
-# Linear space is tried in a dtype only where a σ_j can be e^ROOM times the smallest value it
-# trusts (see :func:`_linear_space_dtype`).
-ROOM = 5.0
-
-
 def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tensor:
     r"""``log σ_j(exp(x))`` for ``j = 0 … k``: a ``[B, k + 1]`` tensor (column 0 is ``log 1 = 0``).
 
@@ -74,10 +69,10 @@ def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tens
     batch, n = x.shape
     if not 0 <= k <= n:
         raise ValueError(f"log_esp needs 0 <= k <= n = {n}, got k={k}")
-    dtype = _linear_space_dtype(n, k, x.dtype) if linear_space and reads_are_free(x) else None
-    if dtype is None:
+    linear = linear_space and k > 0 and x.dtype in (torch.float32, torch.float64)
+    if not (linear and reads_are_free(x)):
         return log_space_esp(x, k)
-    values, trusted = _RescaledLinearESP.apply(x, k, dtype)
+    values, trusted = _RescaledLinearESP.apply(x, k)
     if bool(trusted.all()):
         return values
     rows = (~trusted).nonzero().squeeze(1)
@@ -162,33 +157,16 @@ class _PolynomialProducts(torch.autograd.Function):
         return grad, None
 
 
-def _linear_space_dtype(n: int, k: int, dtype: torch.dtype) -> torch.dtype | None:
-    """The dtype :class:`_RescaledLinearESP` computes ``n`` variables of ``dtype`` in: their
-    own (float32 or float64) where the largest possible ``σ_j`` (``√max``) exceeds the
-    smallest trusted one by ``e^ROOM`` (float32: ``C(n, k)`` up to about 1e48, e.g. k = 20 at
-    n = 2,000 but not at n = 3,000), else float64; ``None`` (log space) for other dtypes,
-    ``k = 0``, or where float64 lacks the room too."""
-    if k == 0 or dtype not in (torch.float32, torch.float64):
-        return None
-    for candidate in dict.fromkeys((dtype, torch.float64)):
-        _, lost, log_floor = _linear_space_limits(n, k, candidate)
-        log_ceiling = -2 * log_floor  # the log of √max
-        if max(lost) < log_ceiling - ROOM:
-            return candidate
-    return None
-
-
 @functools.cache
-def _linear_space_limits(n: int, k: int, dtype: torch.dtype) -> tuple[float, tuple[float, ...], float]:
+def _linear_space_limits(n: int, k: int, dtype: torch.dtype) -> tuple[float, float, float]:
     """For rows of ``n`` variables in ``dtype``: the log of the sum ``S`` that
-    :class:`_RescaledLinearESP` rescales ``e`` to, the log of ``C(n, j)·tiny/eps`` for
-    ``j = 1 … k``, and the log of the smallest ``σ_j`` it accepts (see there)."""
+    :class:`_RescaledLinearESP` rescales ``e`` to, the log of ``4nk·tiny/eps`` (its bound on
+    underflow, see there), and the log of the smallest ``σ_j`` it accepts, ``max^{-1/4}``."""
     info = torch.finfo(dtype)
     log_ceiling = math.log(info.max) / 2
     log_sum = min((log_ceiling + math.lgamma(j + 1)) / j for j in range(1, k + 1))
-    lost = tuple(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
-                 + math.log(info.tiny) - math.log(info.eps) for j in range(1, k + 1))
-    return log_sum, lost, -log_ceiling / 2
+    log_underflow = math.log(4 * n * k) + math.log(info.tiny) - math.log(info.eps)
+    return log_sum, log_underflow, -log_ceiling / 2
 
 
 def _linear_products(coefficients: torch.Tensor, k: int) -> torch.Tensor:
@@ -234,18 +212,25 @@ class _RescaledLinearESP(torch.autograd.Function):
     j (max x - log ρ)``; the shift and ``ρ`` are constants of the derivative (the identity holds
     for any of them).
 
-    A term of ``σ_j`` (a product of ``j`` variables) whose partial products all stay above the
-    dtype's smallest normal number ``tiny`` is exact to rounding; the others, fewer than
-    ``C(n, j)``, are each below ``tiny · max(1, ρ)^j``. A row is trusted when, for every
-    ``j``, that lost mass is below ``eps`` times its ``σ_j`` and ``σ_j ≥ max^{-1/4}`` (which
-    bounds the backward's intermediate products).
+    Underflow is what can go wrong. An operation whose result falls below the dtype's smallest
+    normal number ``tiny`` is off by at most ``tiny`` (by ``2^-150`` with gradual underflow,
+    by ``tiny`` if subnormals are flushed to zero); any other is off by its rounding, a relative
+    ``eps/2``. A coefficient of degree ``i ≤ k`` takes at most ``2k`` operations, a variable
+    ``e_i`` two (its ``exp`` and the product by ``ρ``, each off by up to ``max(1, ρ)·tiny``
+    after it), and the tree has fewer than ``2n`` polynomials. An error ``δ`` in coefficient
+    ``i`` of a polynomial reaches ``σ_j`` multiplied by ``σ_{j-i}`` of the variables outside it,
+    at most ``σ_{j-i}`` of all. Underflow therefore moves ``σ_j`` by less than
+    ``U · Σ_{m<j} σ_m`` with ``U = 4nk · max(1, ρ) · tiny`` (``σ_0 = 1``). A row is trusted when,
+    for every ``j``, that is below ``eps·σ_j`` and ``σ_j ≥ max^{-1/4}`` (which bounds the
+    backward's intermediate products). The check reads only the row's ``σ_j``, so it holds at
+    any ``n`` in float32: ``4nk·tiny`` is about ``1e-31`` at n = 100,000, k = 20, far below
+    the ``eps·σ_j`` of rows whose mass is spread over more than ``k`` variables.
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, k: int, dtype: torch.dtype):
+    def forward(ctx, x: torch.Tensor, k: int):
         batch, n = x.shape
-        log_sum, lost, log_floor = _linear_space_limits(n, k, dtype)
-        ctx.input_dtype, x = x.dtype, x.to(dtype)
+        log_sum, log_underflow, log_floor = _linear_space_limits(n, k, x.dtype)
         shift = x.amax(1, keepdim=True)
         e = (x - shift).exp_()
         log_rho = log_sum - e.sum(1, keepdim=True).log()
@@ -258,24 +243,25 @@ class _RescaledLinearESP(torch.autograd.Function):
             coefficients = _linear_products(coefficients, k)
         sigma = coefficients[:, 0]  # σ_1 … σ_k of e, [k, B]
         log_sigma = sigma.log().T
+        below = 1 + F.pad(sigma[:-1], (0, 0, 1, 0)).cumsum(0)  # Σ_{m<j} σ_m, [k, B]
+        underflow = below.log().T + (log_underflow + log_rho.clamp(min=0))
+        trusted = ((log_sigma >= underflow) & (log_sigma >= log_floor)).all(1)
         degrees = torch.arange(1, k + 1, dtype=x.dtype, device=x.device)
-        smallest = torch.tensor(lost, dtype=x.dtype, device=x.device) + degrees * log_rho.clamp(min=0)
-        trusted = (log_sigma >= smallest.clamp(min=log_floor)).all(1)
         values = torch.where(trusted[:, None], log_sigma + degrees * (shift - log_rho), 0)
         ctx.save_for_backward(sigma, trusted, *levels)
         ctx.mark_non_differentiable(trusted)
         ctx.n = n
-        return F.pad(values, (1, 0)).to(ctx.input_dtype), trusted
+        return F.pad(values, (1, 0)), trusted
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_values: torch.Tensor, _grad_trusted):
         sigma, trusted, *levels = ctx.saved_tensors
-        grad = torch.where(trusted, grad_values[:, 1:].T.to(sigma.dtype) / sigma, 0).unsqueeze(1)  # [k, 1, B]
+        grad = torch.where(trusted, grad_values[:, 1:].T / sigma, 0).unsqueeze(1)  # [k, 1, B]
         for coefficients in reversed(levels):
             grad = _linear_products_backward(grad[:, : coefficients.shape[1] // 2], coefficients)
         e = levels[0][0, : ctx.n] if levels else sigma  # n = 1: no level, σ_1 = e
-        return (grad[0, : ctx.n] * e).T.to(ctx.input_dtype), None, None
+        return (grad[0, : ctx.n] * e).T, None
 
 
 def log_esp_summation(x: torch.Tensor, k: int) -> torch.Tensor:
