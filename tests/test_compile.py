@@ -24,7 +24,7 @@ from helpers import mixup_target, value_and_grad
 from topk.distributed import Distributed
 from topk.engine import STOP_CHECK_EVERY, train_one_epoch
 from topk.errors import NonFiniteLossError
-from topk.functional.perturbed import candidate_columns
+from topk.functional.perturbed import candidates_perturbed, noise_source
 from topk.losses import SmoothTopKSVM
 from topk.losses.hinge import topk_hinge
 from topk.losses.noised import noised_topk_hinge
@@ -91,7 +91,8 @@ def test_noised_hinge_compiled_with_given_noise_matches_eager_noise_on_candidate
     target = mixup_target(generator, batch, classes) if soft else torch.randint(0, classes, (batch,), generator=generator)
     noise = torch.randn(n_samples, batch, classes, generator=generator, dtype=torch.float64)
     margins = torch.ones(classes, dtype=torch.float64)
-    assert candidate_columns(scores, k + 1, epsilon)[0].shape[1] < classes // 2  # eager prunes here
+    draw = noise_source(n_samples, scores, noise=noise)
+    assert candidates_perturbed(scores, k + 1, epsilon, draw)[0].shape[1] < classes // 2  # eager prunes here
 
     def loss(s, t):
         return noised_topk_hinge(s, t, margins, k, epsilon, n_samples, noise=noise).mean()

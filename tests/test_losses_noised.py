@@ -3,6 +3,7 @@ brute-force oracles fed the same noise, G22's worked example, and Monte Carlo co
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pytest
@@ -12,9 +13,10 @@ import torch.nn.functional as F
 from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.functional import perturbed
-from topk.functional.perturbed import candidate_columns, kth_largest_lower_bound, perturbed_topk
+from topk.functional.perturbed import candidates_perturbed, noise_source, perturbed_topk, top_columns
 from topk.losses.hinge import CalibratedTopKHingeLoss
 from topk.losses.noised import NoisedImbalancedTopKHingeLoss, NoisedTopKHingeLoss, noised_topk_hinge
+from topk.sync import sync_free
 
 
 def kth_largest(values, k):
@@ -91,33 +93,77 @@ def test_perturbed_topk_matches_brute_force(n, k, epsilon):
     torch.testing.assert_close(grad, weights[:, None] * expected_grads, rtol=1e-9, atol=1e-12)
 
 
+def candidates(scores, k, epsilon, noise):
+    """:func:`candidates_perturbed` with the given standard noise ``[n_samples, batch, n]``."""
+    return candidates_perturbed(scores, k, epsilon, noise_source(noise.shape[0], scores, noise=noise))
+
+
 def test_perturbed_topk_on_candidate_columns_matches_brute_force():
     # Spread scores and small ε: noise is drawn for a few columns per row only.
     generator = torch.Generator().manual_seed(7)
     scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
     noise = torch.randn(5, 32, 10, generator=generator, dtype=torch.float64)
-    assert candidate_columns(scores, 3, 0.05)[0].shape[1] <= 5
+    assert candidates(scores, 3, 0.05, noise)[0].shape[1] <= 5
     value, grad = value_and_grad(lambda s: perturbed_topk(s, 3, 0.05, 5, noise=noise).sum(), scores)
     expected_values, expected_grads = oracle_perturbed_topk(scores, 3, 0.05, noise)
     torch.testing.assert_close(value, expected_values.sum(), rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(grad, expected_grads, rtol=1e-9, atol=1e-12)
 
 
-def test_candidate_columns_keep_every_column_within_the_noise_bound():
-    # k-th largest is 5; with ε = 0.1 the window is 2·0.1·8 = 1.6: columns at ≥ 3.4 are kept.
+def test_candidate_columns_lie_within_the_noise_bound_of_the_lowest_perturbed_top_score():
+    """k = 2, ε = 0.1, t = 8: the top two columns (9 and 5) come first. Without noise the
+    lowest of their perturbed scores is 5, and nothing else lies within εt = 0.8 of it; noise
+    of -8 on column 1 in one sample lowers it to 4.2, and 3.5 joins (3.3 does not). Each
+    column's perturbed score s + εZ comes in the layout [M, n_samples, batch]."""
     scores = torch.tensor([[9.0, 5.0, 3.5, 3.3, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0]])
-    columns, candidates = candidate_columns(scores, 2, 0.1)
-    assert columns.tolist() == [[0, 1, 2]] and candidates.tolist() == [[9.0, 5.0, 3.5]]
-    assert candidate_columns(scores, 2, 1.0)[0].shape[1] == 10  # most columns: all are kept
+    quiet = torch.zeros(3, 1, 10)
+    columns, perturbed = candidates(scores, 2, 0.1, quiet)
+    assert columns.tolist() == [[0, 1]] and perturbed[:, :, 0].tolist() == [[9.0] * 3, [5.0] * 3]
+    loud = quiet.clone()
+    loud[1, 0, 1], loud[:, 0, 2] = -8.0, torch.tensor([0.5, 0.6, 0.7])
+    columns, perturbed = candidates(scores, 2, 0.1, loud)
+    assert columns.tolist() == [[0, 1, 2]]
+    torch.testing.assert_close(perturbed[:, :, 0], scores[0, :3, None] + 0.1 * loud[:, 0, :3].T)
+    assert candidates(scores, 2, 1.0, quiet)[0].shape[1] == 10  # most columns: all are kept
+
+
+def test_candidates_give_the_result_of_every_column_under_the_same_noise():
+    """G22's CIFAR-100 setting at the loss's width (k + 1 = 6, ε = 0.2, B = 10) on 1,000 classes,
+    where the top columns often lie in one group: eager mode's few candidates per row give
+    exactly the values and gradients of every column, given the same noise."""
+    generator = torch.Generator().manual_seed(12)
+    scores = 4 * torch.randn(64, 1000, generator=generator, dtype=torch.float64)
+    scores[:8, :6] = scores[:8].amax(1, keepdim=True) + 0.1  # the top six in six groups of 64…
+    scores[8:16, 0:384:64] += 20  # …and in one group
+    noise = torch.randn(10, 64, 1000, generator=generator, dtype=torch.float64)
+    assert candidates(scores, 6, 0.2, noise)[0].shape[1] < 100
+    weights = torch.rand(64, generator=generator, dtype=torch.float64)
+    eager = value_and_grad(lambda s: (weights * perturbed_topk(s, 6, 0.2, 10, noise=noise)).sum(), scores)
+    with sync_free():
+        every = value_and_grad(lambda s: (weights * perturbed_topk(s, 6, 0.2, 10, noise=noise)).sum(), scores)
+    assert torch.equal(eager[0], every[0]) and torch.equal(eager[1], every[1])
+
+
+def test_drawn_noise_on_candidates_has_the_mean_of_noise_on_every_column():
+    """Monte Carlo means of top̂_{6,ε} with noise drawn for the candidates alone and for every
+    column agree within five standard errors (each draw's spread is at most ε)."""
+    scores = 4 * torch.randn(2, 600, generator=torch.Generator().manual_seed(13))
+    n_samples, epsilon = 20_000, 0.5
+    assert candidates(scores, 6, epsilon, torch.zeros(1, 2, 600))[0].shape[1] < 300
+    candidates_only = perturbed_topk(scores, 6, epsilon, n_samples, torch.Generator().manual_seed(1))
+    with sync_free():
+        every_column = perturbed_topk(scores, 6, epsilon, n_samples, torch.Generator().manual_seed(2))
+    assert (candidates_only - every_column).abs().max() <= 5 * epsilon * (2 / n_samples) ** 0.5
 
 
 def test_candidate_columns_pad_short_rows_with_minus_infinity():
-    # Window 2·0.02·8 = 0.32: row 0 has three candidates, row 1 one (k = 1), then padding.
-    scores = torch.tensor([[9.0, 8.9, 8.8, 0.0, -1.0, -2.0, -3.0, -4.0],
+    # Without noise, window εt = 0.16 below the top score (k = 1): row 0 has three candidates,
+    # row 1 one, then padding with column 0 and -inf.
+    scores = torch.tensor([[9.0, 8.9, 8.85, 0.0, -1.0, -2.0, -3.0, -4.0],
                            [0.0, 7.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0]])
-    columns, candidates = candidate_columns(scores, 1, 0.02)
-    assert columns.tolist() == [[0, 1, 2], [1, 0, 0]]
-    assert candidates[1].tolist() == [7.0, -math.inf, -math.inf]
+    columns, perturbed = candidates(scores, 1, 0.02, torch.zeros(2, 2, 8))
+    assert columns.tolist() == [[0, 1, 2], [1, 0, 0]] and perturbed.shape == (3, 2, 2)
+    assert perturbed[:, :, 1].tolist() == [[7.0, 7.0], [-math.inf] * 2, [-math.inf] * 2]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
@@ -137,14 +183,19 @@ def test_kth_largest_equals_topk_with_ties_counted(dtype):
             assert not ((values == kth) & later).any()
 
 
-def test_kth_largest_lower_bound_is_a_lower_bound_and_often_exact():
+def test_top_columns_are_distinct_columns_with_their_scores_and_often_the_top_k():
     generator = torch.Generator().manual_seed(7)
     scores = 4 * torch.randn(64, 1000, generator=generator)
+    scores[:, 990:] += 3  # the 40 columns outside the 64 groups of 15 are often among the top
     for k, exact_share in ((1, 1.0), (6, 0.6), (16, 0.1)):  # k largest in distinct groups of 64
-        bound, exact = kth_largest_lower_bound(scores, k), torch.topk(scores, k, dim=1).values[:, -1:]
-        assert (bound <= exact).all() and (bound == exact).float().mean() >= exact_share
+        columns, values = top_columns(scores, k)
+        exact = torch.topk(scores, k, dim=1).values
+        assert torch.equal(scores.gather(1, columns), values)
+        assert (columns.sort(1).values.diff(dim=1) > 0).all()  # distinct
+        assert (values.diff(dim=1) <= 0).all() and (values <= exact).all()
+        assert (values == exact).all(1).float().mean() >= exact_share
     small = scores[:, :100]  # below 8 groups' worth of columns: exact
-    assert torch.equal(kth_largest_lower_bound(small, 6), torch.topk(small, 6, dim=1).values[:, -1:])
+    assert torch.equal(top_columns(small, 6)[1], torch.topk(small, 6, dim=1).values)
 
 
 def test_g22_worked_example():
@@ -221,12 +272,15 @@ def test_monte_carlo_converges_to_the_smoothed_top_k(n_samples):
 
 def test_generator_makes_draws_reproducible_and_every_call_draws_anew():
     scores = torch.randn(8, 6, dtype=torch.float64)
-    first = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
-    again = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
-    assert torch.equal(first, again)
-    generator = torch.Generator().manual_seed(5)
-    assert not torch.equal(perturbed_topk(scores, 2, 1.0, 3, generator), perturbed_topk(scores, 2, 1.0, 3, generator))
-    # The draw is a standard normal [n_samples, batch, n] in the scores' dtype.
+    for candidates_only in (True, False):
+        with contextlib.nullcontext() if candidates_only else sync_free():
+            first = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
+            again = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
+            assert torch.equal(first, again)
+            generator = torch.Generator().manual_seed(5)
+            assert not torch.equal(perturbed_topk(scores, 2, 1.0, 3, generator),
+                                   perturbed_topk(scores, 2, 1.0, 3, generator))
+    # For every column, the draw is a standard normal [n_samples, batch, n] in the scores' dtype.
     expected, _ = oracle_perturbed_topk(scores, 2, 1.0, standard_noise(5, 3, 8, 6))
     torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-12)
     assert perturbed_topk(scores.float(), 2, 1.0, 3).dtype == torch.float32
@@ -257,7 +311,8 @@ def test_noised_losses_match_brute_force(n, k, imbalanced):
     else:
         loss = NoisedTopKHingeLoss(k, epsilon=0.3, n_samples=4)
         margins, scale = [1.0] * n, 1.0
-    value, grad = value_and_grad(seeded(loss, seed=n), scores, labels)
+    with sync_free():  # noise for every column: the seeded draw is standard_noise(n, 4, 9, n)
+        value, grad = value_and_grad(seeded(loss, seed=n), scores, labels)
     expected_value, expected_grad = oracle_noised_loss(scores, labels, k, 0.3, standard_noise(n, 4, 9, n), margins, scale)
     assert expected_value > 0
     torch.testing.assert_close(value, expected_value, rtol=1e-9, atol=1e-12)

@@ -27,62 +27,99 @@ def check_perturbation(epsilon: float, n_samples: int) -> None:
         raise ConfigError(f"loss.n_samples must be a positive integer, got {n_samples}.")
 
 
-def candidate_columns(scores: torch.Tensor, k: int, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
-    r"""The columns of each row that can hold the k-th largest perturbed score, and their scores:
-    two ``[batch, M]`` tensors, the rows' candidates packed to the left, the rest of each row
-    padded with column 0 and the score ``-inf`` (which no noise lifts into the k largest).
+def noise_source(n_samples: int, scores: torch.Tensor, generator: torch.Generator | None = None,
+                 noise: torch.Tensor | None = None):
+    """A function giving the standard normal noise ``[n_samples, *shape]`` of the entries
+    ``scores[rows, columns]`` (index tensors that broadcast to ``shape``): drawn on the scores'
+    device, in their dtype, from ``generator`` (for every entry, the draw of
+    ``torch.randn(n_samples, batch, n)``), or read from ``noise [n_samples, batch, n]``."""
+    if noise is None:
+        def draw(rows, columns):
+            shape = (n_samples, *torch.broadcast_shapes(rows.shape, columns.shape))
+            return torch.randn(shape, generator=generator, device=scores.device, dtype=scores.dtype)
+        return draw
+    noise = noise.to(scores.device, scores.dtype)
+    return lambda rows, columns: noise[:, rows, columns]
 
-    With ``c`` a lower bound of the k-th largest score of a row
-    (:func:`kth_largest_lower_bound`) and ``t = NOISE_BOUND``, the candidates are the columns
-    with ``s_j ≥ c - 2εt`` (they include the k largest). If no dropped column has
-    ``Z_j > t`` and none of the k largest has ``Z_i < -t``, the k-th largest of ``s + εZ`` is
-    at least ``c - εt`` while every dropped column stays below ``c - εt``, so the k-th largest
-    value and its column are the same over the candidates as over the whole row. Restricting to
-    the candidates therefore changes the result with probability at most ``n·Φ̄(t) ≈ n·6e-16``
-    per perturbed vector. ``M`` is the largest candidate count over the rows. When ``M > n/2``,
-    all columns are returned: the selection then costs about what it saves.
+
+def every_column_perturbed(scores: torch.Tensor, epsilon: float, draw) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every column ``[batch, n]`` and ``s + εZ`` for each, ``[n, n_samples, batch]``."""
+    batch, num_classes = scores.shape
+    rows, columns = torch.arange(batch, device=scores.device).unsqueeze(1), torch.arange(num_classes, device=scores.device)
+    perturbed = draw(rows, columns).mul_(epsilon).add_(scores)  # fresh noise (drawn, or indexed: a copy)
+    return columns.expand(batch, num_classes), perturbed.permute(2, 0, 1)
+
+
+def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The columns of each row that can hold the k-th largest perturbed score, ``[batch, M]``,
+    and ``s_j + εZ_j`` for each, ``[M, n_samples, batch]`` (``Z`` from ``draw``, see
+    :func:`noise_source`). Rows with fewer than ``M`` candidates are padded with column 0 and
+    the value ``-inf`` (which no noise lifts into the k largest).
+
+    The first ``k`` columns of each row are ``k`` of its largest scores (:func:`top_columns`),
+    whose noise is drawn first. For each noise sample, the k-th largest perturbed score is at
+    least the smallest of those ``k`` perturbed scores; let ``L`` be the smallest of them over
+    the samples. A column with ``s_j < L - εt`` (``t = NOISE_BOUND``) whose noise is at most
+    ``t`` stays below every sample's k-th largest, so the k largest perturbed values, and the
+    column of the k-th, are the same over the candidates ``s_j ≥ L - εt`` as over the whole
+    row. Restricting to the candidates changes the result with probability at most
+    ``n·Φ̄(t) ≈ n·6e-16`` per perturbed vector. When ``M > n/2``, every column is returned
+    (with fresh noise, independent of that choice): the selection then costs about what it saves.
 
     ``M`` depends on the data and is read on the host. No bound on it follows from ``k``, ``n``
-    and ``ε`` alone (scores within ``2εt`` of each other make every column a candidate), so where
+    and ``ε`` alone (scores within ``εt`` of each other make every column a candidate), so where
     that read is not free (:func:`topk.sync.reads_are_free`: on an accelerator, where it would
-    wait for the device, and under ``torch.compile``, whose graph it would break) all columns are
-    returned, and noise is drawn for every column. On a CPU the candidates pay: ``noised_bal``
-    (k = 5, batch 256, n = 1000, scores 4·N(0, 1), one thread) takes about a third of the time it
-    takes on every column (``make bench-losses``). The candidates are packed with ``nonzero``
-    rather than a partial sort of width ``M``, which measured 2.5x slower there.
+    wait for the device, and under ``torch.compile``, whose graph it would break) every column
+    is returned. On a CPU the candidates pay: at k = 6, ``n_samples`` = 10, batch 256, n = 1000
+    and scores 4·N(0, 1), rows hold 41 to 51 candidates at most (22 on average), where a window
+    of ``2εt`` below the k-th largest score held up to 79. Noise is drawn for the real
+    candidates alone and put in place. The comparison writes floats, counted as floats and
+    then made bools for ``nonzero``: 0.05 ms where a comparison into bools took 0.2 ms
+    ([256, 1000], one thread, ``timeit``).
     """
     batch, num_classes = scores.shape
-    every_column = torch.arange(num_classes, device=scores.device).expand(batch, num_classes)
     if not reads_are_free(scores):
-        return every_column, scores
-    is_candidate = scores >= kth_largest_lower_bound(scores, k) - 2 * epsilon * NOISE_BOUND
-    counts = is_candidate.sum(dim=1)
+        return every_column_perturbed(scores, epsilon, draw)
+    seeds, seed_values = top_columns(scores, k)
+    seed_perturbed = draw(torch.arange(batch, device=scores.device).unsqueeze(1), seeds)
+    seed_perturbed.mul_(epsilon).add_(seed_values)  # [n_samples, batch, k]
+    lowest = seed_perturbed.amin((0, 2))  # L, [batch]
+    threshold = (lowest - epsilon * NOISE_BOUND).unsqueeze(1)
+    others = torch.ge(scores, threshold, out=torch.empty_like(scores)).scatter_(1, seeds, 0.0)
+    counts = others.sum(1).long()
     width = int(counts.max())
-    if width > num_classes // 2:
-        return every_column, scores
-    rows, found = is_candidate.nonzero(as_tuple=True)  # row by row, columns ascending
-    slots = torch.arange(rows.numel(), device=scores.device) - (counts.cumsum(0) - counts)[rows]
-    columns = torch.zeros((batch, width), dtype=torch.long, device=scores.device)
+    if k + width > num_classes // 2:
+        return every_column_perturbed(scores, epsilon, draw)
+    rows, found = others.bool().nonzero(as_tuple=True)  # row by row, columns ascending
+    slots = k + torch.arange(rows.numel(), device=scores.device) - (counts.cumsum(0) - counts)[rows]
+    columns = torch.zeros((batch, k + width), dtype=torch.long, device=scores.device)
+    columns[:, :k] = seeds
     columns[rows, slots] = found
-    candidates = scores.new_full((batch, width), -math.inf)
-    candidates[rows, slots] = scores[rows, found]
-    return columns, candidates
+    perturbed = scores.new_full((k + width, seed_perturbed.shape[0], batch), -math.inf)
+    perturbed[:k] = seed_perturbed.permute(2, 0, 1)
+    perturbed[slots, :, rows] = draw(rows, found).T.mul_(epsilon).add_(scores[rows, found].unsqueeze(1))
+    return columns, perturbed
 
 
-def kth_largest_lower_bound(scores: torch.Tensor, k: int, groups: int = 64) -> torch.Tensor:
-    """A lower bound ``[batch, 1]`` of each row's k-th largest score: the k-th largest of the
-    maxima of ``groups`` disjoint groups of columns (k distinct columns reach it), equal to it
-    when the k largest lie in different groups. One pass over the scores: 0.15 ms where the
-    per-row partial sort of ``torch.topk`` takes 0.67 ms ([256, 1000], k = 6, one CPU thread).
-    Rows of fewer than ``8 · groups`` columns, or ``k`` above ``groups / 4``, get the exact value.
+def top_columns(scores: torch.Tensor, k: int, groups: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k`` distinct columns ``[batch, k]`` of each row and their scores, in decreasing order:
+    the columns of the ``k`` largest maxima of ``groups`` disjoint groups of columns, which
+    are the row's ``k`` largest scores when those lie in different groups. One pass over the
+    scores and a few small operations: 0.2 ms where the partial sort of ``torch.topk`` takes
+    0.4 ms ([256, 1000], k = 6, one CPU thread, ``timeit``). Rows of fewer than ``8 · groups``
+    columns, or ``k`` above ``groups / 4``, get the exact ``torch.topk``.
     """
     batch, num_classes = scores.shape
     if num_classes < 8 * groups or 4 * k > groups:
-        return torch.topk(scores, k, dim=1).values[:, -1:]
-    size = num_classes // groups  # column i of the first groups·size is in group i mod groups
+        values, columns = torch.topk(scores, k, dim=1)
+        return columns, values
+    size = num_classes // groups  # column g + groups·i (i < size) is in group g; the rest alone
     maxima = scores[:, : groups * size].view(batch, size, groups).amax(1)
-    maxima = torch.cat([maxima, scores[:, groups * size :]], dim=1)  # the rest: one column each
-    return torch.topk(maxima, k, dim=1).values[:, -1:]
+    values, slots = torch.topk(torch.cat([maxima, scores[:, groups * size :]], dim=1), k, dim=1)
+    members = slots.clamp(max=groups - 1).unsqueeze(2) + groups * torch.arange(size, device=scores.device)
+    first = scores.gather(1, members.view(batch, -1)).view(batch, k, size).argmax(2)
+    columns = torch.where(slots < groups, slots + groups * first, slots + groups * (size - 1))
+    return columns, values
 
 
 def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,14 +157,14 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 class _KthLargestOfPerturbed(torch.autograd.Function):
     """Eq. 11 forward and eq. 12 backward, given the perturbed candidates of ``scores``.
 
-    ``perturbed [n_samples, batch, M]`` holds ``s_j + εZ_j`` for the candidate ``columns [batch, M]``
+    ``perturbed [M, n_samples, batch]`` holds ``s_j + εZ_j`` for the candidate ``columns [batch, M]``
     of each row; it is built outside autograd, and its derivative in ``s`` is the identity, so
     the gradient is the average one-hot of the column holding each k-th largest value.
     """
 
     @staticmethod
     def forward(ctx, scores, perturbed, columns, k):
-        values, positions = kth_largest(perturbed.permute(2, 0, 1), k)  # [n_samples, batch]
+        values, positions = kth_largest(perturbed, k)  # [n_samples, batch]
         kth_columns = columns.gather(1, positions.T)  # [batch, n_samples]
         ctx.save_for_backward(kth_columns)
         ctx.num_classes = scores.shape[1]
@@ -189,16 +226,9 @@ def perturbed_topk(
             f"noise must have shape [n_samples, batch, classes] = {[n_samples, batch, num_classes]}, "
             f"got {list(noise.shape)}"
         )
-    columns, candidates = candidate_columns(scores.detach(), k, epsilon)
-    if epsilon == 0:
-        return _KthLargestOfPerturbed.apply(scores, candidates.unsqueeze(0), columns, k)
-    if noise is None:
-        noise = torch.randn(
-            (n_samples, *columns.shape), generator=generator, device=scores.device, dtype=scores.dtype
-        )
-    else:
-        noise = noise.to(scores.device, scores.dtype).gather(2, columns.expand(n_samples, -1, -1))
-    # In place on the fresh noise tensor (drawn or gathered, never the caller's): on CPU, a
-    # second [n_samples, batch, M] buffer measured as costly as the arithmetic itself.
-    perturbed = noise.mul_(epsilon).add_(candidates)
+    if epsilon == 0:  # top_K(s) itself, over every column
+        every_column = torch.arange(num_classes, device=scores.device).expand(batch, num_classes)
+        return _KthLargestOfPerturbed.apply(scores, scores.detach().T.unsqueeze(1), every_column, k)
+    draw = noise_source(n_samples, scores, generator, noise)
+    columns, perturbed = candidates_perturbed(scores.detach(), k, epsilon, draw)
     return _KthLargestOfPerturbed.apply(scores, perturbed, columns, k)
