@@ -114,16 +114,16 @@ def test_candidate_columns_lie_within_the_noise_bound_of_the_lowest_perturbed_to
     """k = 2, ε = 0.1, t = 8: the top two columns (9 and 5) come first. Without noise the
     lowest of their perturbed scores is 5, and nothing else lies within εt = 0.8 of it; noise
     of -8 on column 1 in one sample lowers it to 4.2, and 3.5 joins (3.3 does not). Each
-    column's perturbed score s + εZ comes in the layout [M, n_samples, batch]."""
+    column's perturbed score s + εZ comes in the layout [M, batch, n_samples]."""
     scores = torch.tensor([[9.0, 5.0, 3.5, 3.3, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0]])
     quiet = torch.zeros(3, 1, 10)
     columns, perturbed = candidates(scores, 2, 0.1, quiet)
-    assert columns.tolist() == [[0, 1]] and perturbed[:, :, 0].tolist() == [[9.0] * 3, [5.0] * 3]
+    assert columns.tolist() == [[0, 1]] and perturbed[:, 0].tolist() == [[9.0] * 3, [5.0] * 3]
     loud = quiet.clone()
     loud[1, 0, 1], loud[:, 0, 2] = -8.0, torch.tensor([0.5, 0.6, 0.7])
     columns, perturbed = candidates(scores, 2, 0.1, loud)
     assert columns.tolist() == [[0, 1, 2]]
-    torch.testing.assert_close(perturbed[:, :, 0], scores[0, :3, None] + 0.1 * loud[:, 0, :3].T)
+    torch.testing.assert_close(perturbed[:, 0], scores[0, :3, None] + 0.1 * loud[:, 0, :3].T)
     assert candidates(scores, 2, 1.0, quiet)[0].shape[1] == 10  # most columns: all are kept
 
 
@@ -163,7 +163,7 @@ def test_candidate_columns_pad_short_rows_with_minus_infinity():
                            [0.0, 7.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0]])
     columns, perturbed = candidates(scores, 1, 0.02, torch.zeros(2, 2, 8))
     assert columns.tolist() == [[0, 1, 2], [1, 0, 0]] and perturbed.shape == (3, 2, 2)
-    assert perturbed[:, :, 1].tolist() == [[7.0, 7.0], [-math.inf] * 2, [-math.inf] * 2]
+    assert perturbed[:, 1].tolist() == [[7.0, 7.0], [-math.inf] * 2, [-math.inf] * 2]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])

@@ -43,16 +43,16 @@ def noise_source(n_samples: int, scores: torch.Tensor, generator: torch.Generato
 
 
 def every_column_perturbed(scores: torch.Tensor, epsilon: float, draw) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every column ``[batch, n]`` and ``s + εZ`` for each, ``[n, n_samples, batch]``."""
+    """Every column ``[batch, n]`` and ``s + εZ`` for each, ``[n, batch, n_samples]``."""
     batch, num_classes = scores.shape
     rows, columns = torch.arange(batch, device=scores.device).unsqueeze(1), torch.arange(num_classes, device=scores.device)
     perturbed = draw(rows, columns).mul_(epsilon).add_(scores)  # fresh noise (drawn, or indexed: a copy)
-    return columns.expand(batch, num_classes), perturbed.permute(2, 0, 1)
+    return columns.expand(batch, num_classes), perturbed.permute(2, 1, 0)
 
 
 def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> tuple[torch.Tensor, torch.Tensor]:
     r"""The columns of each row that can hold the k-th largest perturbed score, ``[batch, M]``,
-    and ``s_j + εZ_j`` for each, ``[M, n_samples, batch]`` (``Z`` from ``draw``, see
+    and ``s_j + εZ_j`` for each, ``[M, batch, n_samples]`` (``Z`` from ``draw``, see
     :func:`noise_source`). Rows with fewer than ``M`` candidates are padded with column 0 and
     the value ``-inf`` (which no noise lifts into the k largest).
 
@@ -95,9 +95,9 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
     columns = torch.zeros((batch, k + width), dtype=torch.long, device=scores.device)
     columns[:, :k] = seeds
     columns[rows, slots] = found
-    perturbed = scores.new_full((k + width, seed_perturbed.shape[0], batch), -math.inf)
-    perturbed[:k] = seed_perturbed.permute(2, 0, 1)
-    perturbed[slots, :, rows] = draw(rows, found).T.mul_(epsilon).add_(scores[rows, found].unsqueeze(1))
+    perturbed = scores.new_full((k + width, batch, seed_perturbed.shape[0]), -math.inf)
+    perturbed[:k] = seed_perturbed.permute(2, 1, 0)
+    perturbed[slots, rows] = draw(rows, found).T.mul_(epsilon).add_(scores[rows, found].unsqueeze(1))
     return columns, perturbed
 
 
@@ -128,11 +128,11 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 
     ``k`` rounds of a maximum over dim 0, each lowering the entries equal to it by ``1e30``
     (below any score) and counting them: the k-th largest is the maximum of the round that
-    reaches k. On the CPU (one thread, k = 6, G22's B = 10 perturbed rows of 256 samples and 79
-    candidates, laid out ``[79, 10, 256]``), 0.8 ms where ``torch.topk`` along the candidates
-    takes 2.4 ms: a maximum across the lanes of dim 0 vectorises, the per-row selection of
-    ``topk`` does not, and the comparisons write float masks, which measured 5x faster than
-    bool ones.
+    reaches k. On the CPU (one thread, k = 6, 45 candidates of 256 samples with G22's B = 10
+    perturbed rows each, laid out ``[45, 256, 10]``), 0.4 ms where ``torch.topk`` along the
+    candidates takes 1.2 ms (``timeit``): a maximum across the lanes of dim 0 vectorises, the
+    per-row selection of ``topk`` does not, and the comparisons write float masks, which
+    measured 5x faster than bool ones.
     Nothing is read on the host. Half-precision values are compared in float32 (whose
     positions stay exact up to 2^24).
     """
@@ -157,18 +157,18 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 class _KthLargestOfPerturbed(torch.autograd.Function):
     """Eq. 11 forward and eq. 12 backward, given the perturbed candidates of ``scores``.
 
-    ``perturbed [M, n_samples, batch]`` holds ``s_j + εZ_j`` for the candidate ``columns [batch, M]``
+    ``perturbed [M, batch, n_samples]`` holds ``s_j + εZ_j`` for the candidate ``columns [batch, M]``
     of each row; it is built outside autograd, and its derivative in ``s`` is the identity, so
     the gradient is the average one-hot of the column holding each k-th largest value.
     """
 
     @staticmethod
     def forward(ctx, scores, perturbed, columns, k):
-        values, positions = kth_largest(perturbed, k)  # [n_samples, batch]
-        kth_columns = columns.gather(1, positions.T)  # [batch, n_samples]
+        values, positions = kth_largest(perturbed, k)  # [batch, n_samples]
+        kth_columns = columns.gather(1, positions)
         ctx.save_for_backward(kth_columns)
         ctx.num_classes = scores.shape[1]
-        return values.mean(dim=0)
+        return values.mean(dim=1)
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -228,7 +228,7 @@ def perturbed_topk(
         )
     if epsilon == 0:  # top_K(s) itself, over every column
         every_column = torch.arange(num_classes, device=scores.device).expand(batch, num_classes)
-        return _KthLargestOfPerturbed.apply(scores, scores.detach().T.unsqueeze(1), every_column, k)
+        return _KthLargestOfPerturbed.apply(scores, scores.detach().T.unsqueeze(2), every_column, k)
     draw = noise_source(n_samples, scores, generator, noise)
     columns, perturbed = candidates_perturbed(scores.detach(), k, epsilon, draw)
     return _KthLargestOfPerturbed.apply(scores, perturbed, columns, k)
