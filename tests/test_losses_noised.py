@@ -13,7 +13,12 @@ import torch.nn.functional as F
 from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.functional import perturbed
-from topk.functional.perturbed import candidates_perturbed, noise_source, perturbed_topk, top_columns
+from topk.functional.perturbed import (
+    candidates_perturbed,
+    noise_source,
+    perturbed_topk,
+    top_columns,
+)
 from topk.losses.hinge import CalibratedTopKHingeLoss
 from topk.losses.noised import NoisedImbalancedTopKHingeLoss, NoisedTopKHingeLoss, noised_topk_hinge
 from topk.sync import sync_free
