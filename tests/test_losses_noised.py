@@ -103,7 +103,7 @@ def candidates(scores, k, epsilon, noise):
     return candidates_perturbed(scores, k, epsilon, noise_source(noise.shape[0], scores, noise=noise))
 
 
-def test_perturbed_topk_on_candidate_columns_matches_brute_force():
+def test_perturbed_topk_on_candidates_matches_brute_force():
     # Spread scores and small ε: noise is drawn for a few columns per row only.
     generator = torch.Generator().manual_seed(7)
     scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
@@ -115,7 +115,7 @@ def test_perturbed_topk_on_candidate_columns_matches_brute_force():
     torch.testing.assert_close(grad, expected_grads, rtol=1e-9, atol=1e-12)
 
 
-def test_candidate_columns_lie_within_the_noise_bound_of_the_lowest_perturbed_top_score():
+def test_candidates_lie_within_the_noise_bound_of_the_lowest_perturbed_top_score():
     """k = 2, ε = 0.1, t = 8: the top two columns (9 and 5) come first. Without noise the
     lowest of their perturbed scores is 5, and nothing else lies within εt = 0.8 of it; noise
     of -8 on column 1 in one sample lowers it to 4.2, and 3.5 joins (3.3 does not). Each
@@ -161,7 +161,7 @@ def test_drawn_noise_on_candidates_has_the_mean_of_noise_on_every_column():
     assert (candidates_only - every_column).abs().max() <= 5 * epsilon * (2 / n_samples) ** 0.5
 
 
-def test_candidate_columns_pad_short_rows_with_minus_infinity():
+def test_candidates_pad_short_rows_with_minus_infinity():
     # Without noise, window εt = 0.16 below the top score (k = 1): row 0 has three candidates,
     # row 1 one, then padding with column 0 and -inf.
     scores = torch.tensor([[9.0, 8.9, 8.85, 0.0, -1.0, -2.0, -3.0, -4.0],

@@ -198,7 +198,7 @@ def perturbed_topk(
     ``[1/3, 1/3, 1/3, 0]``). Fresh noise is drawn at every call, on the scores' device and in
     their dtype. ``ε = 0`` gives ``top_K(s)`` exactly (no noise is drawn). In eager mode on the
     CPU, noise is drawn only for the columns that can hold the K-th largest perturbed value (see
-    :func:`candidate_columns`; the result differs from drawing every column with probability
+    :func:`candidates_perturbed`; the result differs from drawing every column with probability
     below ``n·6.2e-16`` per perturbed vector); on an accelerator and under ``torch.compile``,
     for every column (nothing is read on the host). The same seed therefore draws different
     noise on the two paths; given ``noise`` gives the same result on both.
