@@ -4,12 +4,13 @@ the published codes.
     python scripts/bench_losses.py              # or: make bench-losses
     python scripts/bench_losses.py --quick      # n = 1000 only, fewer repeats
     python scripts/bench_losses.py --device cuda
+    python scripts/bench_losses.py --threads 2  # CPU threads (default 1)
 
 Speed: forward+backward time of each loss in ``conf/loss/`` (with its config's parameters) on
 float32 scores 4·N(0,1) [256, n] for n ∈ {100, 1000, 10000} and k ∈ {1, 2, 5, 10, 20} (losses
 without k once per n), each as a ratio to torch's cross-entropy timed alternately with it on the
 same scores (so both see the same cache state and machine load); medians over repeats, one
-thread. The noised losses' cost depends on the spread of the scores relative to ε (noise is
+thread unless ``--threads`` says otherwise. The noised losses' cost depends on the spread of the scores relative to ε (noise is
 drawn only where it can change the result), so the ratio at 4·N(0,1) is not a worst case. The
 smooth SVM's cost depends on that spread too: at 4·N(0,1) and τ = 1 ``log_esp`` keeps every row
 from linear space; rows spread much wider come from log space. Also B18's divide and conquer in
@@ -427,7 +428,12 @@ def default_device() -> str:
 def describe(device: torch.device) -> str:
     if device.type == "cuda":
         return f"CUDA, {torch.cuda.get_device_name(device)}"
-    return "CPU, 1 thread"
+    return f"CPU, {threads_text()}"
+
+
+def threads_text() -> str:
+    threads = torch.get_num_threads()
+    return f"{threads} thread{'s' if threads > 1 else ''}"
 
 
 def main(argv=None) -> int:
@@ -435,9 +441,10 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="n = 1000 only and short timing budgets")
     parser.add_argument("--device", default=default_device(), help="cpu or cuda (default: cuda if available)")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "bench")
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1: steadier timings)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     ns = [1000] if args.quick else [100, 1000, 10000]
     ks = [5, 20] if args.quick else [1, 2, 5, 10, 20]
     budget = 0.3 if args.quick else 1.0
@@ -451,11 +458,11 @@ def main(argv=None) -> int:
     esp_rows = bench_esp_forward([1000] if args.quick else [100, 1000, 10000, 100000], budget, device)
     stability = bench_stability()
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"batch": BATCH, "threads": 1, "torch": torch.__version__, "device": describe(device),
+    result = {"batch": BATCH, "threads": args.threads, "torch": torch.__version__, "device": describe(device),
               "speed": speed, "log_esp_forward": esp_rows, "stability": stability,
               "peers": peer_versions(peers), "head_to_head": head_to_head}
     (args.out / "losses.json").write_text(json.dumps(result, indent=2) + "\n")
-    table = (markdown(speed, esp_rows, stability, "1 thread" if device.type == "cpu" else describe(device))
+    table = (markdown(speed, esp_rows, stability, threads_text() if device.type == "cpu" else describe(device))
              + "\n" + head_to_head_markdown(head_to_head, peer_versions(peers), describe(device)))
     (args.out / "losses.md").write_text(table)
     print(table)

@@ -85,3 +85,13 @@ def test_gpu_sync_check_dry_run_on_the_cpu(tmp_path):
     assert result["losses"] == [{"loss": "noised_imbal", "sync": None, "result": "ran (CPU: no sync check)",
                                  "where": None}]
     assert "| noised_imbal | ran (CPU: no sync check) | – |" in (tmp_path / "sync_check.md").read_text()
+
+
+def test_cpu_description_names_the_thread_count_that_timed_it(bench):
+    threads = torch.get_num_threads()
+    try:
+        for count, text in ((1, "CPU, 1 thread"), (2, "CPU, 2 threads")):
+            torch.set_num_threads(count)
+            assert bench["describe"](torch.device("cpu")) == text
+    finally:
+        torch.set_num_threads(threads)
