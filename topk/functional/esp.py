@@ -215,16 +215,18 @@ class _RescaledLinearESP(torch.autograd.Function):
     Underflow is what can go wrong. An operation whose result falls below the dtype's smallest
     normal number ``tiny`` is off by at most ``tiny`` (by ``2^-150`` with gradual underflow,
     by ``tiny`` if subnormals are flushed to zero); any other is off by its rounding, a relative
-    ``eps/2``. A coefficient of degree ``i ≤ k`` takes at most ``2k`` operations, a variable
-    ``e_i`` two (its ``exp`` and the product by ``ρ``, each off by up to ``max(1, ρ)·tiny``
-    after it), and the tree has fewer than ``2n`` polynomials. An error ``δ`` in coefficient
-    ``i`` of a polynomial reaches ``σ_j`` multiplied by ``σ_{j-i}`` of the variables outside it,
-    at most ``σ_{j-i}`` of all. Underflow therefore moves ``σ_j`` by less than
-    ``U · Σ_{m<j} σ_m`` with ``U = 4nk · max(1, ρ) · tiny`` (``σ_0 = 1``). A row is trusted when,
-    for every ``j``, that is below ``eps·σ_j`` and ``σ_j ≥ max^{-1/4}`` (which bounds the
-    backward's intermediate products). The check reads only the row's ``σ_j``, so it holds at
-    any ``n`` in float32: ``4nk·tiny`` is about ``1e-31`` at n = 100,000, k = 20, far below
-    the ``eps·σ_j`` of rows whose mass is spread over more than ``k`` variables.
+    ``eps/2``. A variable ``e_i`` is off by up to ``(1 + ρ)·tiny`` (its ``exp``, then the
+    product by ``ρ``). A product's coefficient of degree ``j ≤ k`` is a sum and at most
+    ``j - 1`` products and sums, so it is off by up to ``(2k - 1)·tiny`` beyond the errors of
+    its inputs. A row has ``n`` variables and fewer than ``n + log2 n`` products (padding adds
+    one per level). To first order, an error ``δ`` in coefficient ``i`` of a polynomial reaches
+    ``σ_j`` multiplied by ``σ_{j-i}`` of the variables outside it, at most ``σ_{j-i}`` of all.
+    Summed, underflow moves ``σ_j`` by less than ``U · Σ_{m<j} σ_m`` (``σ_0 = 1``), with
+    ``U = 4nk · max(1, ρ) · tiny`` since ``2n + (2k - 1)(n + log2 n) ≤ 4nk``. A row is trusted
+    when, for every ``j``, that is below ``eps·σ_j`` and ``σ_j ≥ max^{-1/4}`` (which bounds the
+    backward's intermediate products). The check needs only the row's ``σ_j``, and ``U`` stays
+    tiny at any size (``4nk·tiny`` is about ``1e-31`` at n = 100,000, k = 20), so float32 rows
+    whose mass is spread over more than ``k`` variables are kept in float32 at any ``n``.
     """
 
     @staticmethod
