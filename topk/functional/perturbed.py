@@ -139,8 +139,8 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     if values.dtype not in (torch.float32, torch.float64):
         kth, position = kth_largest(values.float(), k)
         return kth.to(values.dtype), position
-    values = values.contiguous()
-    lowered, mask = values.clone(), torch.empty_like(values)
+    lowered = values.clone(memory_format=torch.contiguous_format)  # one copy, even of a view
+    mask = torch.empty_like(lowered)
     kth = lowered.amax(0)
     taken = values.new_zeros(values.shape[1:])
     for _ in range(k - 1):
