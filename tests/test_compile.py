@@ -10,21 +10,32 @@ generation); one test compiles the smooth top-k SVM with the default backend (in
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from types import SimpleNamespace
+from unittest import mock
 
 import pytest
 import torch
 from hydra.utils import instantiate
 
 import train
-from conftest import CONF, compose_config
+from conftest import CONF, ROOT, compose_config
 from helpers import mixup_target, value_and_grad
 from topk.distributed import Distributed
 from topk.engine import STOP_CHECK_EVERY, train_one_epoch
 from topk.errors import NonFiniteLossError
-from topk.functional.perturbed import candidates_perturbed, noise_source
+from topk.functional import perturbed
+from topk.functional.perturbed import (
+    candidates_perturbed,
+    compiled_kth_largest,
+    kth_largest,
+    noise_source,
+)
 from topk.losses import SmoothTopKSVM
 from topk.losses.hinge import topk_hinge
 from topk.losses.noised import noised_topk_hinge
@@ -92,7 +103,7 @@ def test_noised_hinge_compiled_with_given_noise_matches_eager_noise_on_candidate
     noise = torch.randn(n_samples, batch, classes, generator=generator, dtype=torch.float64)
     margins = torch.ones(classes, dtype=torch.float64)
     draw = noise_source(n_samples, scores, noise=noise)
-    assert candidates_perturbed(scores, k + 1, epsilon, draw)[0].shape[1] < classes // 2  # eager prunes here
+    assert candidates_perturbed(scores, k + 1, epsilon, draw)[0].shape[0] < classes // 2  # eager prunes here
 
     def loss(s, t):
         return noised_topk_hinge(s, t, margins, k, epsilon, n_samples, noise=noise).mean()
@@ -124,6 +135,47 @@ def test_smooth_svm_compiles_with_inductor():
     loss = SmoothTopKSVM(k=3, tau=0.5)
     compiled = value_and_grad(torch.compile(loss, fullgraph=True), scores, labels)
     assert_same(compiled, value_and_grad(loss, scores, labels), rtol=1e-5, atol=1e-6)
+
+
+def test_loss_compile_selects_the_kth_largest_in_one_kernel_with_eager_results():
+    """``loss.compile=true`` (inductor): the compiled k-th largest gives eager's values and
+    positions (ties counted as torch.topk counts them, the last of equal ones), for any number
+    of candidates; the noised loss then gives eager's value and gradient under the same noise."""
+    generator = torch.Generator().manual_seed(4)
+    for shape in [(9, 4, 6), (31, 10, 64)]:
+        ties = torch.randint(0, 4, shape, generator=generator).double()
+        strided = torch.randn(shape[::-1], generator=generator, dtype=torch.float64).permute(2, 1, 0)
+        for values in (ties, strided, torch.randn(shape, generator=generator, dtype=torch.float64)):
+            got, expected = compiled_kth_largest()(values, 3), kth_largest(values, 3)
+            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    scores = 4 * torch.randn(16, 300, generator=generator, dtype=torch.float64)
+    labels = torch.randint(0, 300, (16,), generator=generator)
+    noise = torch.randn(4, 16, 300, generator=generator, dtype=torch.float64)
+    margins = torch.ones(300, dtype=torch.float64)
+
+    def loss(compile):
+        return lambda s: noised_topk_hinge(s, labels, margins, 2, 0.2, 4, noise=noise, compile=compile).mean()
+
+    for path in (contextlib.nullcontext, sync_free):  # the candidates, then every column
+        with path():
+            eager = value_and_grad(loss(False), scores)
+            with mock.patch.object(perturbed, "kth_largest", side_effect=AssertionError("eager kth_largest")):
+                compiled = value_and_grad(loss(True), scores)
+        assert torch.equal(eager[0], compiled[0]) and torch.equal(eager[1], compiled[1])
+
+
+def test_loss_compile_without_a_compiler_stops_with_one_sentence(tmp_path):
+    """A real failed compilation (no C++ compiler, an empty compile cache) becomes a ConfigError
+    that names the cause and the way out."""
+    script = ("import torch\n"
+              "from topk.losses.noised import NoisedTopKHingeLoss\n"
+              "NoisedTopKHingeLoss(compile=True)(torch.randn(4, 50), torch.tensor([0, 1, 2, 3]))\n")
+    env = {**os.environ, "CXX": str(tmp_path / "no-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert result.returncode != 0
+    assert ("topk.errors.ConfigError: loss.compile=true could not compile the k-th largest kernel "
+            "(InvalidCxxCompiler: No working C++ compiler found") in result.stderr
+    assert result.stderr.rstrip().endswith("or set loss.compile=false.")
 
 
 def test_sync_free_soft_target_with_more_labels_than_it_evaluates_gives_nan():

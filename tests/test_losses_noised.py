@@ -108,7 +108,7 @@ def test_perturbed_topk_on_candidates_matches_brute_force():
     generator = torch.Generator().manual_seed(7)
     scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
     noise = torch.randn(5, 32, 10, generator=generator, dtype=torch.float64)
-    assert candidates(scores, 3, 0.05, noise)[0].shape[1] <= 5
+    assert candidates(scores, 3, 0.05, noise)[0].shape[0] <= 5
     value, grad = value_and_grad(lambda s: perturbed_topk(s, 3, 0.05, 5, noise=noise).sum(), scores)
     expected_values, expected_grads = oracle_perturbed_topk(scores, 3, 0.05, noise)
     torch.testing.assert_close(value, expected_values.sum(), rtol=1e-9, atol=1e-12)
@@ -119,17 +119,17 @@ def test_candidates_lie_within_the_noise_bound_of_the_lowest_perturbed_top_score
     """k = 2, ε = 0.1, t = 8: the top two columns (9 and 5) come first. Without noise the
     lowest of their perturbed scores is 5, and nothing else lies within εt = 0.8 of it; noise
     of -8 on column 1 in one sample lowers it to 4.2, and 3.5 joins (3.3 does not). Each
-    column's perturbed score s + εZ comes in the layout [M, batch, n_samples]."""
+    column's perturbed score s + εZ comes in the layout [M, n_samples, batch]."""
     scores = torch.tensor([[9.0, 5.0, 3.5, 3.3, 0.0, -1.0, -2.0, -3.0, -4.0, -5.0]])
     quiet = torch.zeros(3, 1, 10)
     columns, perturbed = candidates(scores, 2, 0.1, quiet)
-    assert columns.tolist() == [[0, 1]] and perturbed[:, 0].tolist() == [[9.0] * 3, [5.0] * 3]
+    assert columns.T.tolist() == [[0, 1]] and perturbed[:, :, 0].tolist() == [[9.0] * 3, [5.0] * 3]
     loud = quiet.clone()
     loud[1, 0, 1], loud[:, 0, 2] = -8.0, torch.tensor([0.5, 0.6, 0.7])
     columns, perturbed = candidates(scores, 2, 0.1, loud)
-    assert columns.tolist() == [[0, 1, 2]]
-    torch.testing.assert_close(perturbed[:, 0], scores[0, :3, None] + 0.1 * loud[:, 0, :3].T)
-    assert candidates(scores, 2, 1.0, quiet)[0].shape[1] == 10  # most columns: all are kept
+    assert columns.T.tolist() == [[0, 1, 2]]
+    torch.testing.assert_close(perturbed[:, :, 0], scores[0, :3, None] + 0.1 * loud[:, 0, :3].T)
+    assert candidates(scores, 2, 1.0, quiet)[0].shape[0] == 10  # most columns: all are kept
 
 
 def test_candidates_give_the_result_of_every_column_under_the_same_noise():
@@ -141,7 +141,7 @@ def test_candidates_give_the_result_of_every_column_under_the_same_noise():
     scores[:8, :6] = scores[:8].amax(1, keepdim=True) + 0.1  # the top six in six groups of 64…
     scores[8:16, 0:384:64] += 20  # …and in one group
     noise = torch.randn(10, 64, 1000, generator=generator, dtype=torch.float64)
-    assert candidates(scores, 6, 0.2, noise)[0].shape[1] < 100
+    assert candidates(scores, 6, 0.2, noise)[0].shape[0] < 100
     weights = torch.rand(64, generator=generator, dtype=torch.float64)
     eager = value_and_grad(lambda s: (weights * perturbed_topk(s, 6, 0.2, 10, noise=noise)).sum(), scores)
     with sync_free():
@@ -154,7 +154,7 @@ def test_drawn_noise_on_candidates_has_the_mean_of_noise_on_every_column():
     column agree within five standard errors (each draw's spread is at most ε)."""
     scores = 4 * torch.randn(2, 600, generator=torch.Generator().manual_seed(13))
     n_samples, epsilon = 20_000, 0.5
-    assert candidates(scores, 6, epsilon, torch.zeros(1, 2, 600))[0].shape[1] < 300
+    assert candidates(scores, 6, epsilon, torch.zeros(1, 2, 600))[0].shape[0] < 300
     candidates_only = perturbed_topk(scores, 6, epsilon, n_samples, torch.Generator().manual_seed(1))
     with sync_free():
         every_column = perturbed_topk(scores, 6, epsilon, n_samples, torch.Generator().manual_seed(2))
@@ -167,8 +167,8 @@ def test_candidates_pad_short_rows_with_minus_infinity():
     scores = torch.tensor([[9.0, 8.9, 8.85, 0.0, -1.0, -2.0, -3.0, -4.0],
                            [0.0, 7.0, -9.0, -8.0, -7.0, -6.0, -5.0, -4.0]])
     columns, perturbed = candidates(scores, 1, 0.02, torch.zeros(2, 2, 8))
-    assert columns.tolist() == [[0, 1, 2], [1, 0, 0]] and perturbed.shape == (3, 2, 2)
-    assert perturbed[:, 1].tolist() == [[7.0, 7.0], [-math.inf] * 2, [-math.inf] * 2]
+    assert columns.T.tolist() == [[0, 1, 2], [1, 0, 0]] and perturbed.shape == (3, 2, 2)
+    assert perturbed[:, :, 1].tolist() == [[7.0, 7.0], [-math.inf] * 2, [-math.inf] * 2]
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])

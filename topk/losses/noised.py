@@ -25,6 +25,7 @@ def noised_topk_hinge(
     n_samples: int,
     generator: torch.Generator | None = None,
     noise: torch.Tensor | None = None,
+    compile: bool = False,
 ) -> torch.Tensor:
     r"""Per-sample ``(m_y + top̂_{K+1,ε,B}(s) - s_y)_+`` (G22 eq. 10 and 13), a ``[batch]`` tensor.
 
@@ -34,11 +35,11 @@ def noised_topk_hinge(
     ``[n]``. The smoothed threshold does not depend on the label, so a probability target ``t``
     (Mixup) gives ``Σ_i t_i (m_i + top̂ - s_i)_+`` with one noise draw shared by all labels: for
     ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
-    ``generator`` and ``noise`` are passed to ``perturbed_topk``. ``scores`` and ``target`` are
+    ``generator``, ``noise`` and ``compile`` are passed to ``perturbed_topk``. ``scores`` and ``target`` are
     those :func:`~topk.losses.targets.loss_inputs` returns.
     """
     check_k(k, scores.shape[1])
-    threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise)
+    threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile)
     if target.dtype.is_floating_point:
         return (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
     label_scores = scores.gather(1, target[:, None]).squeeze(1)
@@ -69,24 +70,30 @@ class NoisedTopKHingeLoss(TopKLoss):
         Noise scale ``ε ≥ 0`` (G22: 0.2 on CIFAR-100, Table 2 for its influence).
     n_samples : int
         Noise vectors ``B`` per sample (G22: 10 on CIFAR-100, 3 to 10 advised, Table 3).
+    compile : bool
+        Select the ``K+1``-th largest perturbed scores with one compiled kernel
+        (:func:`~topk.functional.perturbed.compiled_kth_largest`): the same values, faster
+        after a first call that compiles (needs a C++ compiler on a CPU, Triton on a GPU).
 
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
     """
 
-    def __init__(self, k: int = 5, epsilon: float = 0.2, n_samples: int = 10):
+    def __init__(self, k: int = 5, epsilon: float = 0.2, n_samples: int = 10, compile: bool = False):
         super().__init__(k)
         check_perturbation(epsilon, n_samples)
         self.epsilon = epsilon
         self.n_samples = n_samples
+        self.compile = compile
 
     def extra_repr(self) -> str:
-        return f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}"
+        return f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}, compile={self.compile}"
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
         margins = scores.new_ones(scores.shape[1])
-        return self.reduce(noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples))
+        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
+        return self.reduce(hinge)
 
 
 class NoisedImbalancedTopKHingeLoss(TopKLoss):
@@ -123,6 +130,8 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         ``λ > 0`` (G22: 60 on Pl@ntNet-300K; 50 suggested as default in its Appendix E).
     class_counts : list of int
         Training samples per class; ``train.py`` passes the training split's counts.
+    compile : bool
+        As for :class:`NoisedTopKHingeLoss`.
 
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
@@ -136,6 +145,7 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         max_margin: float = 0.2,
         scale: float = 60.0,
         class_counts: Sequence[int] | None = None,
+        compile: bool = False,
     ):
         super().__init__(k)
         check_perturbation(epsilon, n_samples)
@@ -144,16 +154,18 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         self.n_samples = n_samples
         self.max_margin = max_margin
         self.scale = scale
+        self.compile = compile
         self.register_buffer("margins", ldam_margins(class_counts, max_margin), persistent=False)
 
     def extra_repr(self) -> str:
         return (
             f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}, "
-            f"max_margin={self.max_margin}, scale={self.scale}, classes={len(self.margins)}"
+            f"max_margin={self.max_margin}, scale={self.scale}, classes={len(self.margins)}, "
+            f"compile={self.compile}"
         )
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
-        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples)
+        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
         return self.reduce(self.scale * hinge)
