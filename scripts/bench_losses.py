@@ -10,7 +10,8 @@ Speed: forward+backward time of each loss in ``conf/loss/`` (with its config's p
 float32 scores 4·N(0,1) [256, n] for n ∈ {100, 1000, 10000} and k ∈ {1, 2, 5, 10, 20} (losses
 without k once per n), each as a ratio to torch's cross-entropy timed alternately with it on the
 same scores (so both see the same cache state and machine load); medians over repeats, one
-thread unless ``--threads`` says otherwise. The noised losses' cost depends on the spread of the scores relative to ε (noise is
+thread unless ``--threads`` says otherwise; the noised losses also with ``loss.compile=true``
+(timed after the call that compiles). The noised losses' cost depends on the spread of the scores relative to ε (noise is
 drawn only where it can change the result), so the ratio at 4·N(0,1) is not a worst case. The
 smooth SVM's cost depends on that spread too: at 4·N(0,1) and τ = 1 ``log_esp`` keeps every row
 from linear space; rows spread much wider come from log space. Also B18's divide and conquer in
@@ -117,8 +118,8 @@ def forward_backward(loss_fn, scores, labels):
     return step
 
 
-def build_loss(name: str, k: int | None, num_classes: int):
-    overrides = [f"loss={name}"] + ([f"loss.k={k}"] if k is not None else [])
+def build_loss(name: str, k: int | None, num_classes: int, more_overrides=()):
+    overrides = [f"loss={name}"] + ([f"loss.k={k}"] if k is not None else []) + list(more_overrides)
     cfg, _ = without_class_weights(compose("train", overrides=overrides).loss)
     extra = {}
     if "class_counts" in inspect.signature(get_class(cfg._target_)).parameters:
@@ -138,6 +139,24 @@ def has_k(name: str) -> bool:
     return "k" in compose("train", overrides=[f"loss={name}"]).loss
 
 
+def speed_variants(name: str) -> list[tuple[str, list[str]]]:
+    """The rows of ``name`` in the speed table, with their overrides: as configured, and with
+    ``loss.compile=true`` where the loss has that switch (the noised losses)."""
+    variants = [(name, [])]
+    if "compile" in compose("train", overrides=[f"loss={name}"]).loss:
+        variants.append((f"{name}, compile=true", ["loss.compile=true"]))
+    return variants
+
+
+def speed_cases(ks, n: int):
+    """``(row name, loss, overrides, k)`` of every row of the speed table at ``n`` classes."""
+    for name in loss_names():
+        for row_name, overrides in speed_variants(name):
+            for k in (ks if has_k(name) else [None]):
+                if k is None or k < n:
+                    yield row_name, name, overrides, k
+
+
 def bench_speed(ns, ks, budget, device=torch.device("cpu")) -> list[dict]:
     rows = []
     generator = torch.Generator().manual_seed(0)
@@ -146,17 +165,14 @@ def bench_speed(ns, ks, budget, device=torch.device("cpu")) -> list[dict]:
         scores = (4 * torch.randn(BATCH, n, generator=generator)).to(device)
         labels = torch.randint(0, n, (BATCH,), generator=generator).to(device)
         cross_entropy = forward_backward(F.cross_entropy, scores, labels)
-        for name in loss_names():
-            for k in (ks if has_k(name) else [None]):
-                if k is not None and k >= n:
-                    continue
-                loss_fn = build_loss(name, k, n).to(device)
-                ce_seconds, seconds = paired_median_seconds(
-                    cross_entropy, forward_backward(loss_fn, scores, labels), budget, sync=sync
-                )
-                rows.append({"loss": name, "n": n, "k": k, "seconds": seconds,
-                             "ce_seconds": ce_seconds, "ratio_to_ce": seconds / ce_seconds})
-                print(f"n={n:>6} {name:>16} k={k!s:>4}: {1e3 * seconds:9.2f} ms  x{seconds / ce_seconds:7.1f} CE", flush=True)
+        for row_name, name, overrides, k in speed_cases(ks, n):
+            loss_fn = build_loss(name, k, n, overrides).to(device)
+            ce_seconds, seconds = paired_median_seconds(
+                cross_entropy, forward_backward(loss_fn, scores, labels), budget, sync=sync
+            )
+            rows.append({"loss": row_name, "n": n, "k": k, "seconds": seconds,
+                         "ce_seconds": ce_seconds, "ratio_to_ce": seconds / ce_seconds})
+            print(f"n={n:>6} {row_name:>28} k={k!s:>4}: {1e3 * seconds:9.2f} ms  x{seconds / ce_seconds:7.1f} CE", flush=True)
     return rows
 
 
