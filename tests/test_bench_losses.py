@@ -95,3 +95,18 @@ def test_cpu_description_names_the_thread_count_that_timed_it(bench):
             assert bench["describe"](torch.device("cpu")) == text
     finally:
         torch.set_num_threads(threads)
+
+
+def test_speed_table_times_the_noised_losses_also_compiled(bench):
+    """The speed rows: every loss as configured, at each k below n (once if it has no k), and
+    the noised losses also with loss.compile=true, which builds a loss that compiles."""
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cases = list(bench["speed_cases"]([2, 20], 10))
+        compiled = bench["build_loss"]("noised_bal", 2, 10, ["loss.compile=true"])
+    assert ("noised_bal, compile=true", "noised_bal", ["loss.compile=true"], 2) in cases
+    assert ("noised_imbal, compile=true", "noised_imbal", ["loss.compile=true"], 2) in cases
+    assert ("ce", "ce", [], None) in cases and ("smooth_svm", "smooth_svm", [], 2) in cases
+    assert not any(k == 20 for *_, k in cases)  # k ≥ n is skipped
+    assert sum("compile=true" in row for row, *_ in cases) == 2
+    assert compiled.compile and compiled.k == 2
