@@ -39,11 +39,11 @@ def noised_topk_hinge(
     those :func:`~topk.losses.targets.loss_inputs` returns.
     """
     check_k(k, scores.shape[1])
-    threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile)
     if target.dtype.is_floating_point:
+        threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile)
         return (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
-    label_scores = scores.gather(1, target[:, None]).squeeze(1)
-    return F.relu(margins[target] + threshold - label_scores)
+    difference = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile, minus_labels=target)
+    return F.relu(margins[target] + difference)
 
 
 class NoisedTopKHingeLoss(TopKLoss):
