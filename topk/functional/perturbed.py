@@ -187,8 +187,8 @@ def kth_largest_of_distinct_maxima(values: torch.Tensor, k: int) -> tuple[torch.
 @functools.cache
 def compiled_kth_largest():
     """:func:`kth_largest_of_distinct_maxima` through ``torch.compile`` (``fullgraph``, any
-    number of candidates and batch size; one compilation per ``k`` and dtype, 10 to 20 s each
-    on two CPU cores). The values and positions are those of :func:`kth_largest` exactly. At
+    number of candidates and batch size; one compilation per ``k`` and dtype: 15 s for the
+    first on two CPU cores, 8 s for the next). The values and positions are those of :func:`kth_largest` exactly. At
     k = 6 and 44 candidates ``[44, 10, 256]`` it takes 0.14 ms where the eager
     :func:`kth_largest` takes 0.56 ms (two threads; at k = 21 and 100 candidates, 0.7 against
     2.8 ms; ``timeit``). It needs what ``torch.compile`` needs: a C++ compiler on the CPU,
