@@ -4,7 +4,8 @@
 #   make gpu-check              # or: bash scripts/gpu_check.sh   (PY=python3 bash scripts/gpu_check.sh)
 #
 # (a) the loss benchmark on CUDA, ours against the published codes included (absolute ms beside
-#     B18 Tables 3-4, which were timed on a Titan Xp):      outputs/gpu/bench/losses.{json,md}
+#     B18 Tables 3-4, which were timed on a Titan Xp), the noised losses also with
+#     loss.compile=true (a Triton kernel; one compilation per k): outputs/gpu/bench/losses.{json,md}
 # (b) a training step of DenseNet 40-40 at batch 64 for every loss in conf/loss under
 #     torch.cuda.set_sync_debug_mode("error"):               outputs/gpu/sync_check.{json,md}
 # (c) G22 Fig. 3 on a GPU: g22_time on 45,000 random CIFAR-shaped images, DenseNet 40-40,
