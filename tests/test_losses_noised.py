@@ -132,6 +132,16 @@ def test_candidates_lie_within_the_noise_bound_of_the_lowest_perturbed_top_score
     assert candidates(scores, 2, 1.0, quiet)[0].shape[0] == 10  # most columns: all are kept
 
 
+def test_every_column_is_taken_only_beyond_two_thirds_of_the_columns_as_candidates():
+    """Without noise and ε = 0.1 (window εt = 0.8 below the lowest top score 5), the scores
+    5 - 0.04 j give 1 + 20 candidates of 30 (70%): every column; 1 + 17 (60%): the candidates."""
+    for within, expected in ((20, 30), (17, 18)):
+        scores = torch.full((1, 30), -9.0)
+        scores[0, 0] = 9.0
+        scores[0, 1 : within + 1] = 5.0 - 0.04 * torch.arange(within)
+        assert candidates(scores, 2, 0.1, torch.zeros(3, 1, 30))[0].shape[0] == expected
+
+
 def test_candidates_give_the_result_of_every_column_under_the_same_noise():
     """G22's CIFAR-100 setting at the loss's width (k + 1 = 6, ε = 0.2, B = 10) on 1,000 classes,
     where the top columns often lie in one group: eager mode's few candidates per row give
