@@ -135,24 +135,15 @@ def loss_names() -> list[str]:
     return sorted(path.stem for path in (ROOT / "conf" / "loss").glob("*.yaml"))
 
 
-def has_k(name: str) -> bool:
-    return "k" in compose("train", overrides=[f"loss={name}"]).loss
-
-
-def speed_variants(name: str) -> list[tuple[str, list[str]]]:
-    """The rows of ``name`` in the speed table, with their overrides: as configured, and with
-    ``loss.compile=true`` where the loss has that switch (the noised losses)."""
-    variants = [(name, [])]
-    if "compile" in compose("train", overrides=[f"loss={name}"]).loss:
-        variants.append((f"{name}, compile=true", ["loss.compile=true"]))
-    return variants
-
-
 def speed_cases(ks, n: int):
-    """``(row name, loss, overrides, k)`` of every row of the speed table at ``n`` classes."""
+    """``(row name, loss, overrides, k)`` of every row of the speed table at ``n`` classes: each
+    loss as configured at each ``k < n`` (once if it has no k), and the losses that have a
+    ``compile`` switch (the noised ones) also with ``loss.compile=true``."""
     for name in loss_names():
-        for row_name, overrides in speed_variants(name):
-            for k in (ks if has_k(name) else [None]):
+        config = compose("train", overrides=[f"loss={name}"]).loss
+        variants = [(name, [])] + ([(f"{name}, compile=true", ["loss.compile=true"])] if "compile" in config else [])
+        for row_name, overrides in variants:
+            for k in (ks if "k" in config else [None]):
                 if k is None or k < n:
                     yield row_name, name, overrides, k
 

@@ -43,12 +43,18 @@ def noise_source(n_samples: int, scores: torch.Tensor, generator: torch.Generato
     return lambda rows, columns: noise[:, rows, columns]
 
 
+def every_column(scores: torch.Tensor) -> torch.Tensor:
+    """The column index of every score, laid out ``[n, batch]`` as the candidates are."""
+    batch, num_classes = scores.shape
+    return torch.arange(num_classes, device=scores.device).unsqueeze(1).expand(num_classes, batch)
+
+
 def every_column_perturbed(scores: torch.Tensor, epsilon: float, draw) -> tuple[torch.Tensor, torch.Tensor]:
     """Every column ``[n, batch]`` and ``s + εZ`` for each, ``[n, n_samples, batch]``."""
-    batch, num_classes = scores.shape
-    rows, columns = torch.arange(batch, device=scores.device).unsqueeze(1), torch.arange(num_classes, device=scores.device)
-    perturbed = draw(rows, columns).mul_(epsilon).add_(scores)  # fresh noise (drawn, or indexed: a copy)
-    return columns.unsqueeze(1).expand(num_classes, batch), perturbed.permute(2, 0, 1)
+    columns = every_column(scores)
+    rows = torch.arange(scores.shape[0], device=scores.device).unsqueeze(1)
+    perturbed = draw(rows, columns.T).mul_(epsilon).add_(scores)  # fresh noise (drawn, or indexed: a copy)
+    return columns, perturbed.permute(2, 0, 1)
 
 
 def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,11 +199,11 @@ def kth_largest_of_distinct_maxima(values: torch.Tensor, k: int) -> tuple[torch.
 def compiled_kth_largest():
     """:func:`kth_largest_of_distinct_maxima` through ``torch.compile`` (``fullgraph``, any
     number of candidates and batch size; one compilation per ``k`` and dtype: 15 s for the
-    first on two CPU cores, 8 s for the next). The values and positions are those of :func:`kth_largest` exactly. At
-    k = 6 and 44 candidates ``[44, 10, 256]`` it takes 0.14 ms where the eager
-    :func:`kth_largest` takes 0.56 ms (two threads; at k = 21 and 100 candidates, 0.7 against
-    2.8 ms; ``timeit``). It needs what ``torch.compile`` needs: a C++ compiler on the CPU,
-    Triton on a GPU."""
+    first on two CPU cores, 8 s for the next). The values and positions are those of
+    :func:`kth_largest` exactly. At k = 6 and 44 candidates ``[44, 10, 256]`` it takes 0.14 ms
+    where the eager :func:`kth_largest` takes 0.56 ms (two threads; at k = 21 and 100
+    candidates, 0.7 against 2.8 ms; ``timeit``). It needs what ``torch.compile`` needs: a C++
+    compiler on the CPU, Triton on a GPU."""
     return torch.compile(kth_largest_of_distinct_maxima, dynamic=True, fullgraph=True)
 
 
@@ -305,8 +311,8 @@ def perturbed_topk(
             f"got {list(noise.shape)}"
         )
     if epsilon == 0:  # top_K(s) itself, over every column
-        every_column = torch.arange(num_classes, device=scores.device).unsqueeze(1).expand(num_classes, batch)
-        return _KthLargestOfPerturbed.apply(scores, scores.detach().T.unsqueeze(1), every_column, k, compile, minus_labels)
+        return _KthLargestOfPerturbed.apply(scores, scores.detach().T.unsqueeze(1), every_column(scores), k, compile,
+                                            minus_labels)
     draw = noise_source(n_samples, scores, generator, noise)
     columns, perturbed = candidates_perturbed(scores.detach(), k, epsilon, draw)
     return _KthLargestOfPerturbed.apply(scores, perturbed, columns, k, compile, minus_labels)

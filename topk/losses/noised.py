@@ -35,8 +35,8 @@ def noised_topk_hinge(
     ``[n]``. The smoothed threshold does not depend on the label, so a probability target ``t``
     (Mixup) gives ``Σ_i t_i (m_i + top̂ - s_i)_+`` with one noise draw shared by all labels: for
     ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
-    ``generator``, ``noise`` and ``compile`` are passed to ``perturbed_topk``. ``scores`` and ``target`` are
-    those :func:`~topk.losses.targets.loss_inputs` returns.
+    ``generator``, ``noise`` and ``compile`` are passed to ``perturbed_topk``. ``scores`` and
+    ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns.
     """
     check_k(k, scores.shape[1])
     if target.dtype.is_floating_point:
