@@ -123,8 +123,12 @@ def top_columns(scores: torch.Tensor, k: int, groups: int = 64) -> tuple[torch.T
     the columns of the ``k`` largest maxima of ``groups`` disjoint groups of columns, which
     are the row's ``k`` largest scores when those lie in different groups. One pass over the
     scores and a few small operations: 0.2 ms where the partial sort of ``torch.topk`` takes
-    0.4 ms ([256, 1000], k = 6, one CPU thread, ``timeit``). Rows of fewer than ``8 · groups``
-    columns, or ``k`` above ``groups / 4``, get the exact ``torch.topk``.
+    0.4 ms ([256, 1000], k = 6, one CPU thread, ``timeit`` on the same scores). Inside the
+    noised loss's forward+backward (batch 256, k = 6, alternated with ``torch.topk`` in its
+    place) it pays at n = 10,000: 9.7 against 11.6 ms at one thread, 9.4 against 10.6 ms at two;
+    at n = 1000 the two are equal within the machine's noise (2.34 against 2.44 ms at one
+    thread, 2.57 against 2.37 ms at two). Rows of fewer than ``8 · groups`` columns, or ``k``
+    above ``groups / 4``, get the exact ``torch.topk``.
     """
     batch, num_classes = scores.shape
     if num_classes < 8 * groups or 4 * k > groups:
