@@ -34,6 +34,7 @@ from topk.functional.perturbed import (
     candidates_perturbed,
     compiled_kth_largest,
     kth_largest,
+    kth_largest_of,
     noise_source,
 )
 from topk.losses import SmoothTopKSVM
@@ -148,6 +149,9 @@ def test_loss_compile_selects_the_kth_largest_in_one_kernel_with_eager_results()
         for values in (ties, strided, torch.randn(shape, generator=generator, dtype=torch.float64)):
             got, expected = compiled_kth_largest()(values, 3), kth_largest(values, 3)
             assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+    last = torch.zeros(600, 1, 2, dtype=torch.bfloat16)  # bfloat16 counts exactly only up to 256
+    last[599] = 1.0
+    assert kth_largest_of(last, 1, compile=True)[1].tolist() == [[599, 599]]
     scores = 4 * torch.randn(16, 300, generator=generator, dtype=torch.float64)
     labels = torch.randint(0, 300, (16,), generator=generator)
     noise = torch.randn(4, 16, 300, generator=generator, dtype=torch.float64)

@@ -153,12 +153,10 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
     perturbed rows each, laid out ``[45, 10, 256]``), 0.5 ms where ``torch.topk`` along the
     candidates takes 1.6 ms (``timeit``): a maximum across the lanes of dim 0 vectorises, the
     per-row selection of ``topk`` does not, and the comparisons write float masks, which
-    measured 5x faster than bool ones. Nothing is read on the host. Half-precision values are
-    compared in float32 (whose positions stay exact up to 2^24).
+    measured 5x faster than bool ones. Nothing is read on the host. ``values`` are float32 or
+    float64, whose positions stay exact up to 2^24 (:func:`kth_largest_of` compares half
+    precision in float32).
     """
-    if values.dtype not in (torch.float32, torch.float64):
-        kth, position = kth_largest(values.float(), k)
-        return kth.to(values.dtype), position
     lowered = values.clone(memory_format=torch.contiguous_format)  # one copy, even of a view
     mask = torch.empty_like(lowered)
     kth = lowered.amax(0)
@@ -213,7 +211,11 @@ def compiled_kth_largest():
 
 def kth_largest_of(perturbed: torch.Tensor, k: int, compile: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`kth_largest`, compiled if ``compile``; a failed compilation raises
-    :class:`~topk.errors.ConfigError` with the compiler's first line."""
+    :class:`~topk.errors.ConfigError` with the compiler's first line. Half-precision values are
+    compared in float32: in bfloat16 the positions would be exact only up to 256."""
+    if perturbed.dtype not in (torch.float32, torch.float64):
+        kth, position = kth_largest_of(perturbed.float(), k, compile)
+        return kth.to(perturbed.dtype), position
     if not compile:
         return kth_largest(perturbed, k)
     from torch._dynamo.exc import BackendCompilerFailed  # 1.6 s to import: only when compiling
