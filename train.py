@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import errno
 import inspect
+import json
 import logging
 import random
 import sys
@@ -34,6 +35,7 @@ from topk.data import TensorBatches
 from topk.data.augment import ImageAugmentation
 from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit, ImageFileSplits
+from topk.data.splits import stratified_indices
 from topk.data.transforms import Compose, Normalize
 from topk.engine import (
     FitSettings,
@@ -50,13 +52,16 @@ from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
 from topk.precision import channels_last
-from topk.records import read_results, versions, write_results
+from topk.records import (
+    device_provenance, provenance, read_results, utc_now, versions, write_results,
+)
 from topk.run_dir import (
     KEPT_CHECKPOINTS, check_run_dir, claim, finished_without_checkpoint, prune_checkpoints, run_params,
     unwritable_reason,
 )
 
 log = logging.getLogger("train")
+CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
 
 # ``${if_null:${experiment},multirun}`` in conf/train.yaml: a sweep without +experiment goes to
 # outputs/sweeps/multirun/ (``oc.select`` falls back only for a missing key, and ``experiment`` is
@@ -70,7 +75,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def base_record(cfg: DictConfig, choices) -> dict:
+def base_record(cfg: DictConfig, choices, run_provenance: dict) -> dict:
+    """A new run's record (status ``running``): what was asked for, and ``run_provenance``
+    (:func:`topk.records.provenance`)."""
     return {
         "status": "running",
         "error": None,
@@ -87,6 +94,7 @@ def base_record(cfg: DictConfig, choices) -> dict:
         "test": {},
         "epoch_seconds": None,
         "versions": versions(),
+        "provenance": run_provenance,
     }
 
 
@@ -187,20 +195,36 @@ def check_output_dir(run_dir: Path) -> None:
 
 def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, image_augment, normalize,
                  distributed=dist_setup.SINGLE_PROCESS):
-    """The batches of split ``name``: in-memory tensors, or image files decoded by workers,
-    cut to ``trainer.limit_batches`` per pass when that is set.
+    """The batches of split ``name``: in-memory tensors, or image files decoded by workers.
 
     Training batches are shuffled per epoch and augmented; evaluation batches are only
     normalised (and, for image files, resized and centre- or ten-cropped). With several
     processes, each iterates over its share (``trainer.batch_size`` is the global batch).
+
+    ``trainer.limit_batches`` cuts training to its first batches of every epoch, already a random
+    sample since they are shuffled. Evaluation splits are often sorted by class, so their first
+    batches could hold one class only: a limit evaluates instead the class-stratified subset
+    :func:`evaluated_subset`, batched as usual (and shared among the processes as a whole split is).
     """
-    batches = _split_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
     limit = trainer.get("limit_batches")
-    return LimitedBatches(batches, int(limit)) if limit else batches
-
-
-def _split_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed):
     split = getattr(splits, name)
+    if limit and name != "train":
+        split = evaluated_subset(split, int(limit), trainer.eval_batch_size, seed)
+    batches = _split_batches(splits, split, name, trainer, seed, device, image_augment, normalize, distributed)
+    return LimitedBatches(batches, int(limit)) if limit and name == "train" else batches
+
+
+def evaluated_subset(split, limit: int, eval_batch_size: int | None, seed: int):
+    """The part of an evaluation ``split`` that ``limit`` batches hold: ``limit * eval_batch_size``
+    samples, every class as evenly as that allows, drawn with the run's ``seed`` (the same subset
+    every epoch and every resume; :func:`topk.data.splits.stratified_indices`). The whole split
+    when it is no larger, or when ``eval_batch_size`` is null (one batch of the whole split)."""
+    if eval_batch_size is None or limit * eval_batch_size >= len(split):
+        return split
+    return split.subset(stratified_indices(split.y, limit * eval_batch_size, seed))
+
+
+def _split_batches(splits, split, name, trainer, seed, device, image_augment, normalize, distributed):
     training = name == "train"
     batch_size = trainer.batch_size if training else trainer.eval_batch_size
     layout = channels_last if trainer.channels_last else None
@@ -330,13 +354,29 @@ def log_to_file_only(message: str) -> None:
 
 
 def end_record(run_dir: Path, record: dict, distributed, status: str, error: str | None) -> None:
-    """Write the run's final ``status`` (rank 0); a failed or interrupted run's ``error`` goes to
-    ``train.log`` too."""
+    """Write the run's final ``status`` and end time (rank 0); a failed or interrupted run's
+    ``error`` goes to ``train.log`` too."""
     record.update(status=status, error=error)
+    record["provenance"]["ended_utc"] = utc_now()
     if distributed.is_main:
         write_results(run_dir, record)
         if error is not None:
             log_to_file_only(f"{status}: {error}")
+
+
+def keep_first_start(run_dir: Path, record: dict) -> None:
+    """A resumed run keeps the ``started_utc`` of its first session, read from the
+    ``results.json`` it continues (when it continues a checkpoint and that record holds one), so
+    that ``started_utc`` to ``ended_utc`` spans the whole run, pauses included. The other
+    provenance keys are this session's."""
+    if not (run_dir / "checkpoints" / "last.pt").exists():
+        return  # trains from scratch: a new start
+    try:
+        started = json.loads((run_dir / "results.json").read_text())["provenance"]["started_utc"]
+    except (OSError, ValueError, KeyError, TypeError):  # no earlier record, or one without provenance
+        return
+    if isinstance(started, str):
+        record["provenance"]["started_utc"] = started
 
 
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
@@ -349,9 +389,10 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    record = base_record(cfg, hydra_cfg.runtime.choices)
-    resume = bool(cfg.trainer.resume)
     distributed = dist_setup.from_environment()
+    run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
+    record = base_record(cfg, hydra_cfg.runtime.choices, run_provenance)
+    resume = bool(cfg.trainer.resume)
     finished = False  # a completed run resumed after its last.pt was pruned: nothing to train
     if distributed.is_main:
         check_output_dir(run_dir)
@@ -359,10 +400,13 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
         finished = resume and finished_without_checkpoint(run_dir)
         if not resume:
             claim(run_dir)
+        if resume and not finished:
+            keep_first_start(run_dir, record)
         if not finished:
             write_results(run_dir, record)
     try:
         distributed, device = dist_setup.setup(cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device))
+        record["provenance"].update(device_provenance(device, distributed.world_size))
         run_dir, finished = distributed.broadcast((str(run_dir), finished))
         run_dir = Path(run_dir)
         dist_setup.remove_worker_scratch()

@@ -207,6 +207,7 @@ def test_torchrun_on_circles_equals_one_process_and_resumes_after_a_kill(tmp_pat
     two = record(tmp_path / "two")
     assert two["status"] == "completed" and two["processes"] == 2
     assert two["samples"] == {"test": 1800}  # every test sample once, over both processes
+    assert two["provenance"]["world_size"] == 2 and two["provenance"]["device"] == "cpu"
     assert_same_test_metrics(two["test"], expected["test"])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["one", "two"]  # nothing from rank 1
 

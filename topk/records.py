@@ -10,7 +10,11 @@ import json
 import math
 import os
 import platform
-from collections.abc import Iterable, Mapping
+import shlex
+import socket
+import subprocess
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
@@ -34,7 +38,19 @@ REQUIRED_KEYS = {
     "test": dict,
     "epoch_seconds": (float, int, type(None)),
     "versions": dict,
+    "provenance": dict,
 }
+
+# the keys of a record's ``provenance``: where, when, from which code and by which command it ran
+PROVENANCE_KEYS = (
+    "git_commit", "git_dirty", "git", "host", "device", "gpu_name", "gpu_count", "world_size",
+    "started_utc", "ended_utc", "command", "argv",
+)
+# the provenance of a record made by hand (tests, imported results): nothing is known. Copy it
+# before changing it, it is shared.
+EMPTY_PROVENANCE = dict.fromkeys(PROVENANCE_KEYS)
+NOT_A_GIT_CHECKOUT = {"git_commit": None, "git_dirty": None, "git": "not a git checkout"}
+GIT_TIMEOUT_SECONDS = 5
 
 
 def flatten(config: Mapping, prefix: str = "") -> dict:
@@ -58,6 +74,69 @@ def versions() -> dict:
     except ImportError:  # torchvision is a dependency; a broken install should not hide a record
         found["torchvision"] = None
     return found
+
+
+def utc_now() -> str:
+    """The time now in UTC, ISO 8601 to the second with a ``Z``: ``2026-11-25T08:01:02Z``."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _git(directory: Path, *args: str) -> str | None:
+    """The output of ``git -C directory ARGS``, or ``None`` when git is missing, fails or takes
+    longer than ``GIT_TIMEOUT_SECONDS``: provenance never stops a run. ``--no-optional-locks``
+    keeps ``git status`` from taking the index lock, which would break a commit made meanwhile."""
+    try:
+        done = subprocess.run(["git", "--no-optional-locks", "-C", str(directory), *args],
+                              capture_output=True, text=True, timeout=GIT_TIMEOUT_SECONDS)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_state(directory: Path) -> dict:
+    """The commit checked out where ``directory`` lies and whether tracked files differ from it
+    (untracked files do not count): ``git_commit``, ``git_dirty`` and ``git``, a short readable
+    form (``"<12-char sha>"``, ``"<12-char sha> (dirty)"`` or ``"not a git checkout"``)."""
+    commit = _git(directory, "rev-parse", "HEAD")
+    status = _git(directory, "status", "--porcelain", "--untracked-files=no") if commit else None
+    if not commit or status is None:
+        return dict(NOT_A_GIT_CHECKOUT)
+    dirty = bool(status)
+    return {"git_commit": commit, "git_dirty": dirty, "git": commit[:12] + (" (dirty)" if dirty else "")}
+
+
+def reproduce_command(overrides: Sequence[str]) -> str:
+    """``python train.py`` followed by a run's overrides, each quoted for a POSIX shell."""
+    return " ".join(["python train.py", *(shlex.quote(str(override)) for override in overrides)])
+
+
+def provenance(code_dir: Path, overrides: Sequence[str], argv: Sequence[str], world_size: int = 1) -> dict:
+    """A new record's ``provenance`` (docs/design.md §4): the code's git state (``code_dir``, where
+    ``train.py`` lies), the host, the number of processes, the start time, the command that
+    reproduces this one run (``overrides``: the job's own, sweep values chosen) and the process's
+    ``argv``. The device is not known yet (``None``): :func:`device_provenance` fills it in."""
+    return {
+        **git_state(code_dir),
+        "host": socket.gethostname(),
+        "device": None,
+        "gpu_name": None,
+        "gpu_count": torch.cuda.device_count(),
+        "world_size": world_size,
+        "started_utc": utc_now(),
+        "ended_utc": None,
+        "command": reproduce_command(overrides),
+        "argv": [str(arg) for arg in argv],
+    }
+
+
+def device_provenance(device: torch.device | str, world_size: int) -> dict:
+    """The provenance keys known once the run's device is resolved: ``device`` (``"cpu"``,
+    ``"cuda:0"``), the GPU's name on CUDA, and the number of processes."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    return {"device": str(device), "gpu_name": gpu_name, "world_size": world_size}
 
 
 def strict_json(value):
@@ -89,6 +168,9 @@ def validate_results(record: Mapping) -> None:
             raise ValueError(f"results.json key {key!r} has type {type(record[key]).__name__}")
     if record["status"] not in STATUSES:
         raise ValueError(f"results.json status {record['status']!r} is not one of {STATUSES}")
+    missing = [key for key in PROVENANCE_KEYS if key not in record["provenance"]]
+    if missing:
+        raise ValueError(f"results.json provenance lacks the key {missing[0]!r}")
     for split in ("val", "test"):
         for name, value in record[split].items():
             if not isinstance(value, (int, float, type(None))):

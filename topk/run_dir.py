@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from topk.engine import load_checkpoint
 from topk.errors import RunRefused
-from topk.records import flatten, write_json_atomic
+from topk.records import flatten, utc_now, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -210,6 +210,8 @@ def mark_stopped_runs(sweep_dir: Path) -> int:
         history = path.parent / "history.csv"
         epochs = max(len(history.read_text().splitlines()) - 1, 0) if history.exists() else 0
         record.update(status="interrupted", error=f"interrupted; resume continues after epoch {epochs}")
+        if isinstance(record.get("provenance"), dict):  # it ended about now
+            record["provenance"]["ended_utc"] = utc_now()
         write_json_atomic(path, record)
         marked += 1
     return marked

@@ -92,7 +92,11 @@ class TensorBatches:
 
 class LimitedBatches:
     """The first ``limit`` batches of ``batches`` in every pass (``trainer.limit_batches``): quick
-    smoke runs and debugging on a data set of any size."""
+    smoke runs and debugging on a data set of any size.
+
+    For training batches only, which are shuffled every epoch, so that their first batches are a
+    random sample. Evaluation splits are often sorted by class: ``train.make_batches`` limits them
+    to a class-stratified subset instead (:func:`topk.data.splits.stratified_indices`)."""
 
     def __init__(self, batches, limit: int):
         if limit < 1:

@@ -25,7 +25,6 @@ from topk.data.images import (
     check_image_files,
     labelled_split,
     list_image_folder,
-    subset,
     where_expected,
 )
 from topk.data.splits import balanced_subset
@@ -113,8 +112,8 @@ def imagenet(
     if val_per_class:
         val_positions = balanced_subset(full.y, int(val_per_class), generator, "dataset.val_per_class")
         held_out[val_positions] = True
-        val = subset(full, val_positions)
-    rest = subset(full, torch.nonzero(~held_out).flatten())
+        val = full.subset(val_positions)
+    rest = full.subset(torch.nonzero(~held_out).flatten())
     train = rest
     if train_size is not None:
         if (
@@ -131,7 +130,7 @@ def imagenet(
                 "left after the validation split; choose a smaller value or null for all."
             )
         per_class = train_size // num_classes
-        train = subset(rest, balanced_subset(rest.y, per_class, generator, "dataset.train_size"))
+        train = rest.subset(balanced_subset(rest.y, per_class, generator, "dataset.train_size"))
     if check_images:
         check_image_files([train, val, test])
     return ImageFileSplits(

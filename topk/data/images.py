@@ -48,6 +48,10 @@ class ImageFileSplit:
     def __len__(self) -> int:
         return len(self.y)
 
+    def subset(self, positions: torch.Tensor) -> ImageFileSplit:
+        """The images at ``positions``, in that order."""
+        return ImageFileSplit([self.paths[i] for i in positions.tolist()], self.y[positions].clone())
+
 
 @dataclass
 class ImageFileSplits(DataSplits):
@@ -261,7 +265,3 @@ class ImageBatches:
                 yield images, labels
         except DataError as error:  # re-raised from a worker with its traceback: keep the sentence
             raise DataError(str(error).strip().splitlines()[-1].split("DataError: ")[-1]) from None
-
-
-def subset(split: ImageFileSplit, positions: torch.Tensor) -> ImageFileSplit:
-    return ImageFileSplit([split.paths[i] for i in positions.tolist()], split.y[positions].clone())

@@ -20,6 +20,10 @@ class TensorSplit:
     def __len__(self) -> int:
         return len(self.y)
 
+    def subset(self, positions: torch.Tensor) -> TensorSplit:
+        """The samples at ``positions``, in that order."""
+        return TensorSplit(self.x[positions], self.y[positions])
+
 
 @dataclass
 class DataSplits:
@@ -70,3 +74,28 @@ def balanced_subset(
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.arange(len(labels)) - torch.repeat_interleave(starts, counts)
     return torch.sort(by_class[rank < per_class]).values
+
+
+def stratified_indices(labels: torch.Tensor, count: int, seed: int) -> torch.Tensor:
+    """Ascending positions of ``count`` samples taken round-robin over the classes of ``labels``
+    (non-negative): every class gives as many as ``count`` allows, give or take one (a class with
+    fewer samples gives all it has and the others fill in), each class's drawn at random.
+
+    For evaluating part of a split (``trainer.limit_batches``): splits sorted by class would
+    otherwise show one class only. The draw depends only on ``seed``, so every epoch and every
+    resume evaluates the same samples; which classes give one more, when ``count`` does not
+    divide evenly, is drawn too. All positions when ``count`` is at least the split's size.
+    """
+    size = len(labels)
+    if count >= size:
+        return torch.arange(size)
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(size, generator=generator)
+    by_class = order[torch.argsort(labels[order], stable=True)]  # grouped by class, shuffled within
+    counts = torch.bincount(labels)
+    starts = torch.cumsum(counts, 0) - counts
+    classes = labels[by_class]
+    rank = torch.arange(size) - starts[classes]  # place within its class
+    turn = torch.randperm(len(counts), generator=generator)[classes]  # the class's place in each round
+    round_robin = by_class[torch.argsort(rank * len(counts) + turn)]
+    return torch.sort(round_robin[:count]).values
