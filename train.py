@@ -53,10 +53,20 @@ from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
 from topk.precision import channels_last
 from topk.records import (
-    device_provenance, provenance, read_results, utc_now, versions, write_results,
+    device_provenance,
+    provenance,
+    read_results,
+    utc_now,
+    versions,
+    write_results,
 )
 from topk.run_dir import (
-    KEPT_CHECKPOINTS, check_run_dir, claim, finished_without_checkpoint, prune_checkpoints, run_params,
+    KEPT_CHECKPOINTS,
+    check_run_dir,
+    claim,
+    finished_without_checkpoint,
+    prune_checkpoints,
+    run_params,
     unwritable_reason,
 )
 

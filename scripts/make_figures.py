@@ -1,6 +1,6 @@
 """Draw a paper figure from the run records of its sweep.
 
-    python scripts/make_figures.py s20_exp2                 # newest outputs/sweeps/s20_exp2/*
+    python scripts/make_figures.py s20_exp2                 # best of outputs/sweeps/s20_exp2/*
     python scripts/make_figures.py s20_exp2 --sweep-dir DIR # a given sweep
     python scripts/make_figures.py s20_cifar --model densenet121 --augment cutout
     make figure-s20_exp2
@@ -21,15 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topk.errors import TopkError  # noqa: E402
-from topk.records import latest_sweep_dir  # noqa: E402
 from topk.report.figures import FIGURE_IDS, make_figure  # noqa: E402
+from topk.report.runs import best_sweep_dir  # noqa: E402
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=FIGURE_IDS)
-    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the newest one)")
+    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the best one: full scale, faithful to the protocol, most complete, newest records)")
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs", help="where sweeps live")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "figures")
     panel = parser.add_argument_group("s20_cifar panel (S20 Fig. 6: resnet18, mixup, val/top5)")
@@ -43,7 +43,7 @@ def main(argv=None) -> int:
     if chosen and args.experiment != "s20_cifar":
         parser.error("--model, --augment and --selection choose a panel of s20_cifar only")
     try:
-        sweep_dir = args.sweep_dir or latest_sweep_dir(args.outputs, args.experiment)
+        sweep_dir = args.sweep_dir or best_sweep_dir(args.outputs, args.experiment)
         files = make_figure(args.experiment, sweep_dir, args.out, **chosen)
     except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
         print(f"Error: {error}", file=sys.stderr)

@@ -3,10 +3,13 @@
     python scripts/make_report.py                    # make report: outputs/report/index.html
     python scripts/make_report.py --outputs DIR      # sweeps under DIR/sweeps, DIR/smoke/sweeps
 
-Each item of the README's "Paper results" table reads its newest full-scale sweep (else its
-newest smoke one; b18_speed: the loss benchmark), so the page shows whatever runs exist. It is
-one static file with relative links: it opens from disk, and the folder can be copied whole.
-Exit status 1 if an item could not be built (the page says why).
+    python scripts/make_report.py --sweep-dir outputs/sweeps/s20_exp1/2026-11-25_08-00-00
+
+Each item of the README's "Paper results" table shows the best of its sweeps (full scale before
+smoke, faithful to its experiment's protocol, most complete, newest records; b18_speed: the loss
+benchmark), lists the others, and says whether it reproduced: see topk/report/page.py. It is one
+static file with relative links and copies of the run records it cites: it opens from disk, and
+the folder can be copied whole. Exit status 1 if an item could not be built (the page says why).
 """
 
 from __future__ import annotations
@@ -26,8 +29,14 @@ def main(argv=None) -> int:
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs", help="where sweeps live")
     parser.add_argument("--smoke", type=Path, default=None, help="smoke outputs (default: <outputs>/smoke)")
     parser.add_argument("--out", type=Path, default=None, help="page folder (default: <outputs>/report)")
+    parser.add_argument("--sweep-dir", type=Path, action="append", default=[],
+                        help="show this sweep for its experiment (repeat for several)")
     args = parser.parse_args(argv)
-    path, errors = build_page(args.outputs, args.smoke, args.out)
+    try:
+        path, errors = build_page(args.outputs, args.smoke, args.out, args.sweep_dir)
+    except (ValueError, FileNotFoundError) as error:  # a --sweep-dir that is no sweep
+        print(f"Error: {error}", file=sys.stderr)
+        return 1
     print(f"wrote {path}")
     for error in errors:
         print(f"Error: {error}", file=sys.stderr)

@@ -9,9 +9,9 @@ import pytest
 
 from conftest import ROOT, run_cli
 from topk.errors import ConfigError
-from topk.records import find_results, latest_sweep_dir, write_history, write_results
+from topk.records import EMPTY_PROVENANCE, find_results, write_history, write_results
 from topk.report.figures import make_figure, smallest_k_reaching, summarise
-from topk.report.runs import load_sweep
+from topk.report.runs import best_sweep_dir, load_sweep
 
 
 def fake_record(status, loss, seed, d, top1, top2):
@@ -21,7 +21,7 @@ def fake_record(status, loss, seed, d, top1, top2):
         "loss": loss, "seed": seed, "params": {"dataset.d": d}, "best_epoch": 3,
         "selection_metric": "last", "val": {},
         "test": {"top1": top1, "top2": top2} if status == "completed" else {},
-        "epoch_seconds": 0.01, "versions": {"topk": "0"},
+        "epoch_seconds": 0.01, "versions": {"topk": "0"}, "provenance": EMPTY_PROVENANCE,
     }
 
 
@@ -51,12 +51,13 @@ def test_summary_means_min_max_and_failed_runs(tmp_path):
     assert "| 30 " in files["md"].read_text().replace("|          ", "| ")
 
 
-def test_latest_sweep_dir_and_missing_sweep(tmp_path):
+def test_missing_sweep_names_the_command(tmp_path):
+    """(Which sweep is chosen among several: tests/test_report.py.)"""
     with pytest.raises(FileNotFoundError, match=r"python train.py -m \+experiment=s20_exp1"):
-        latest_sweep_dir(tmp_path, "s20_exp1")
-    for name in ("2026-01-01_00-00-00", "2026-02-01_00-00-00"):
-        (tmp_path / "sweeps" / "s20_exp1" / name).mkdir(parents=True)
-    assert latest_sweep_dir(tmp_path, "s20_exp1").name == "2026-02-01_00-00-00"
+        best_sweep_dir(tmp_path, "s20_exp1")
+    (tmp_path / "sweeps" / "s20_exp1" / "2026-01-01_00-00-00").mkdir(parents=True)  # empty
+    with pytest.raises(FileNotFoundError, match="no sweep of s20_exp1 with a run record"):
+        best_sweep_dir(tmp_path, "s20_exp1")
 
 
 def test_sweep_with_a_failing_run_still_makes_the_figure(tmp_path):
@@ -141,7 +142,7 @@ def run_record(status, loss, seed=0, params=None, test=None, **top_level):
         "experiment": None, "dataset": "cifar100", "model": "resnet18", "loss": loss,
         "augment": "mixup", "seed": seed, "params": params or {}, "best_epoch": 1,
         "selection_metric": "last", "val": {}, "test": test or {}, "epoch_seconds": 1.0,
-        "versions": {"topk": "0"}, **top_level,
+        "versions": {"topk": "0"}, "provenance": EMPTY_PROVENANCE, **top_level,
     }
 
 
@@ -205,16 +206,17 @@ def test_s20_cifar_means_counts_and_smallest_k_reaching_99(s20_cifar_sweep, tmp_
     table, markdown = check_files(files)
     ce, transition = point(table, loss="ce", k=5), point(table, loss="topk_transition", k=24)
     assert ce["accuracy_mean"] == 72.0  # (73 + 71) / 2: the other panels' runs are left out
-    assert (ce["n"], ce["failed"], ce["missing"]) == (2, 1, 0)
-    assert ce["counts"] == "2/3 seeds, 1 failed"
+    # the protocol (not the sweep's multirun.yaml, narrowed to 3 seeds) asks for 10 seeds
+    assert (ce["n"], ce["failed"], ce["missing"]) == (2, 1, 7)
+    assert ce["counts"] == "2/10 seeds, 1 failed, 7 missing"
     assert transition["accuracy_mean"] == 99.0  # (98 + 100) / 2
-    assert transition["counts"] == "2/3 seeds, 1 missing"
+    assert transition["counts"] == "2/10 seeds, 8 missing"
     assert sorted(table["k"].unique()) == list(range(1, 31))
     # CE's mean is 67 + k, at most 97 %: it never reaches 99 %; the transition loss does at k = 24.
     assert set(table.loc[table["loss"] == "ce", "smallest_k_99"].astype(str)) == {"none"}
     assert set(table.loc[table["loss"] == "topk_transition", "smallest_k_99"].astype(str)) == {"24"}
     assert "model = resnet18, augment = mixup, models selected by val/top5 (5 runs)" in markdown
-    assert "| top-5 transition | 2/3 seeds, 1 missing |" in markdown
+    assert "| top-5 transition | 2/10 seeds, 8 missing |" in markdown
     assert "k = 25" in markdown and "> 30" in markdown  # S20's numbers beside ours
     assert "1 failed" in markdown
 

@@ -1,56 +1,114 @@
-"""The report page (topk.report.page): every paper item with the right status, its images and
-links present, built from whatever runs exist (fake sweeps here)."""
+"""The report page (topk.report.page) and what it rests on: the protocol check
+(topk.report.protocol), the verdicts (topk.report.verdicts) and the claims
+(topk.report.claims), on fabricated sweeps whose records hold the protocol's own configs."""
 
 from __future__ import annotations
 
 import json
-import os
+import math
 import re
+import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import ROOT
-from topk.records import write_history, write_results
+from topk import paper_results
+from topk.records import EMPTY_PROVENANCE, write_history, write_results
 from topk.report.page import ITEMS, STATUS, build_page
-from topk.report.runs import expected_runs, load_sweep, sweep_size
+from topk.report.protocol import _compose, _override_text, expand, protocol
+from topk.report.runs import best_sweep_dir, load_sweep, read_sweep
+from topk.report.verdicts import (
+    AGREES,
+    DIFFERS,
+    FAILS,
+    HOLDS,
+    TOO_FEW,
+    UNDECIDED,
+    beats,
+    cell_verdict,
+    not_beaten,
+    t975,
+)
+from topk.run_dir import run_params
 
 
-def record(experiment, loss="ce", seed=0, status="completed", **params):
-    done = status == "completed"
-    metrics = {f"top{k}": 50.0 + k for k in (1, 2, 3, 5)} if done else {}
-    return {"status": status, "error": None if done else "boom", "experiment": experiment,
-            "dataset": "cifar100", "model": "resnet18", "loss": loss, "augment": "mixup",
-            "seed": seed, "params": {"seed": seed, "loss.k": 5, **params}, "best_epoch": 1,
-            "selection_metric": "val/top5", "val": metrics, "test": metrics,
-            "epoch_seconds": 1.0, "versions": {"topk": "0", "torch": "x"}}
+def provenance(ended="2026-01-01T00:10:00Z"):
+    return {**EMPTY_PROVENANCE, "host": "lab-node-3", "device": "cuda:0", "gpu_name": "Test GPU",
+            "gpu_count": 1, "world_size": 1, "git": "0123456789ab", "git_commit": "0123456789ab" * 3,
+            "git_dirty": False, "started_utc": "2026-01-01T00:00:00Z", "ended_utc": ended}
 
 
-def write_sweep(root: Path, experiment: str, records: list[dict], sweep: dict) -> Path:
-    """``root/<experiment>/2026-01-01_00-00-00``: one job directory per record (with a
-    history) and a multirun.yaml asking for ``sweep``."""
-    sweep_dir = root / "sweeps" / experiment / "2026-01-01_00-00-00"
-    for job, rec in enumerate(records):
+def protocol_records(experiment, metrics, changes=None, seeds=None, ended="2026-01-01T00:10:00Z"):
+    """One completed record per job of ``experiment``'s protocol (only ``seeds`` if given), its
+    params the job's composed config updated with ``changes``, its test metrics
+    ``metrics(job values)``."""
+    proto, records = protocol(experiment), []
+    for job in proto.jobs:
+        values = dict(job)
+        if seeds is not None and values["seed"] not in seeds:
+            continue
+        params = {**proto.params(job), **(changes or {})}
+        test = metrics(values)
+        records.append({
+            "status": "completed", "error": None, "experiment": experiment, "dataset": "x",
+            "model": "x", "loss": values.get("loss", "ce"), "augment": "none",
+            "seed": int(values["seed"]), "params": params, "best_epoch": 1,
+            "selection_metric": "last", "val": test, "test": test, "epoch_seconds": 1.0,
+            "versions": {"topk": "0"}, "provenance": provenance(ended)})
+    return records
+
+
+def write_sweep(sweep_dir: Path, experiment: str, records: list[dict], command_line=(),
+                sweeper=None) -> Path:
+    """Job directories and a multirun.yaml as Hydra writes them: the sweep's params (the
+    protocol's unless ``sweeper``) and its command line (``+experiment=...`` and ``command_line``)."""
+    for job, record in enumerate(records):
         (sweep_dir / str(job)).mkdir(parents=True)
-        write_results(sweep_dir / str(job), rec)
+        write_results(sweep_dir / str(job), record)
         write_history(sweep_dir / str(job), [{"epoch": 1, "train/top5": 60.0}])
-    params = "".join(f"      {key}: {value}\n" for key, value in sweep.items())
+    params = sweeper if sweeper is not None else protocol(experiment).sweep
+    lines = "".join(f"      {key}: {value}\n" for key, value in params.items())
+    task = "".join(f"    - {line}\n" for line in [f"+experiment={experiment}", *command_line])
     (sweep_dir / "multirun.yaml").write_text(
-        "hydra:\n  sweeper:\n    params:\n" + params
-        + f"  overrides:\n    task:\n    - +experiment={experiment}\n")
+        f"hydra:\n  sweeper:\n    params:\n{lines}  overrides:\n    task:\n{task}")
     return sweep_dir
 
 
-def s20_sweep(root, experiment, parameter, skip_last=False):
-    runs = [record(experiment, loss, seed, **{parameter: value}) for value in (10, 20)
-            for loss in ("ce", "topk_group") for seed in (0, 1)]
-    return write_sweep(root, experiment, runs[:-1] if skip_last else runs,
-                       {parameter: "10,20", "loss": "ce,topk_group", "seed": "range(2)"})
+PAPER_NOISE = paper_results.load("b18_table1_cifar100_noise").set_index(["noise", "loss"])
+
+
+def noise_metrics(shift=0.0):
+    """B18 Table 1's numbers, ± 0.1 by seed (within its reported spreads), ``shift`` added to
+    smooth_svm's top-1 at p = 0.4."""
+    def metrics(values):
+        row = PAPER_NOISE.loc[(values["dataset.noise"], values["loss"])]
+        wobble = 0.1 * (values["seed"] - 1)
+        moved = shift if (values["dataset.noise"], values["loss"]) == (0.4, "smooth_svm") else 0.0
+        return {"top1": row["top1"] + wobble + moved, "top5": row["top5"] + wobble}
+    return metrics
+
+
+def s20_metrics(group_wins_at_10=False):
+    """CE ahead of both top-2 losses by 3 (top-1) and 0.5 (top-2) points at σ < 20, by 0.5 and
+    0.1 beyond, seed-to-seed noise 0.05; or top-2 grouping 5 points ahead of CE at σ = 10."""
+    def metrics(values):
+        sigma, loss, seed = values["dataset.sigma"], values["loss"], values["seed"]
+        noise = 0.05 * ((seed * 7) % 5 - 2)
+        lead1, lead2 = (3.0, 0.5) if sigma < 20 else (0.5, 0.1)
+        if loss == "ce":
+            return {"top1": 90.0 + noise, "top2": 98.0 + noise}
+        if group_wins_at_10 and sigma == 10 and loss == "topk_group":
+            return {"top1": 95.0 + noise, "top2": 99.0 + noise}
+        spread = 4.0 * ((seed % 3) - 1) if sigma == 15 else 0.0  # wide min-max at σ = 15
+        return {"top1": 90.0 - lead1 + noise + spread, "top2": 98.0 - lead2 + noise}
+    return metrics
 
 
 class Page(HTMLParser):
-    """The ids, status classes per section, image sources and links of a page."""
+    """The status class per section, image sources and links of a page."""
 
     def __init__(self, text):
         super().__init__()
@@ -71,79 +129,179 @@ class Page(HTMLParser):
 
 
 def check_page(path: Path) -> Page:
+    """Every item once; every image and local link inside the page's own folder."""
     page = Page(path.read_text())
-    assert list(page.status) == list(ITEMS) and len(ITEMS) == 18  # 14 paper items, P22 and the zoo
+    assert list(page.status) == list(ITEMS) and len(ITEMS) == 18
     for src in page.images:
         assert (path.parent / src).is_file() and (path.parent / src).stat().st_size > 10_000, src
     local = [href for href in page.links if not href.startswith("#")]
-    assert local and all((path.parent / href).exists() for href in local)
-    anchors = {href[1:] for href in page.links if href.startswith("#")}
-    assert anchors == set(ITEMS)
+    assert all((path.parent / href).exists() and not href.startswith("..") for href in local), local
+    assert {href[1:] for href in page.links if href.startswith("#")} == set(ITEMS)
     return page
 
 
-@pytest.fixture
-def outputs(tmp_path):
-    """Full-scale: the three S20 sweeps complete (after `make sweeps`), g22_epsilon with a failed
-    run and a corrupt record, b18_cifar_noise short of its expected runs, the loss benchmark.
-    Smoke scale: b18_tau and s20_exp1 (the full sweep wins)."""
+def section(text: str, item: str) -> str:
+    start = text.index(f'<h2 id="{item}"')
+    end = text.find("<h2 id=", start + 1)
+    return text[start:end if end > 0 else len(text)]
+
+
+# ------------------------------------------------------------------------ the protocol
+
+
+def test_sweeps_expand_with_hydras_parser():
+    jobs = expand({"loss": "ce,focal", "seed": "range(4)", "loss.p_k": "[1,0],[0,1]"})
+    assert len(jobs) == 16 and jobs[0] == (("loss", "ce"), ("seed", 0), ("loss.p_k", [1, 0]))
+    proto = protocol("s20_exp1")
+    assert (len(proto.jobs), proto.seeds) == (150, 10)
+    assert (len(protocol("s20_cifar").jobs), protocol("g22_time").seeds) == (320, 1)
+
+
+@pytest.mark.parametrize("experiment", [name for name in ITEMS if name != "b18_speed"])
+def test_no_config_value_interpolates_the_seed(experiment):
+    """Protocol.params composes each setting once and sets the seed afterwards."""
+    proto = protocol(experiment)
+    setting = tuple((key, value) for key, value in proto.jobs[-1] if key != "seed")
+    lines = [f"{key}={_override_text(value)}" for key, value in (*setting, ("seed", 7))]
+    composed = run_params(_compose((f"+experiment={experiment}", *lines)))
+    assert proto.params((*setting, ("seed", 7))) == composed
+
+
+# ------------------------------------------------------------------------ verdicts
+
+
+def test_verdict_rules():
+    assert t975(1) == 12.706 and t975(9) == 2.262 and abs(t975(1000) - 1.962) < 1e-3
+    half = 2.262 * 1.0 / math.sqrt(10)  # 10 seeds, std 1
+    assert cell_verdict(75.0, 1.0, 10, 75.0 + half - 1e-9, math.nan) == AGREES
+    assert cell_verdict(75.0, 1.0, 10, 75.0 + half + 0.01, math.nan) == DIFFERS
+    assert cell_verdict(75.0, 1.0, 10, 75.0 + half + 0.3, 0.31) == AGREES  # widened by the paper's std
+    assert cell_verdict(75.0, math.nan, 1, 75.5, 0.3) == AGREES  # one run: within 2 paper stds
+    assert cell_verdict(75.0, math.nan, 1, 75.7, 0.3) == DIFFERS
+    assert cell_verdict(75.0, math.nan, 1, 75.0, math.nan) == TOO_FEW
+    assert cell_verdict(75.0, 1.0, 3, math.nan, math.nan) == ""  # nothing published
+    seeds = pd.Index(range(5))
+    a, b = pd.Series([3.0, 3.1, 2.9, 3.0, 3.2], seeds), pd.Series([1.0, 1.2, 0.8, 1.1, 0.9], seeds)
+    assert (beats(a, b), beats(b, a), beats(a, a + [0.01, -0.01, 0.02, -0.02, 0.0])) == (HOLDS, FAILS, UNDECIDED)
+    assert (not_beaten(a, b), not_beaten(b, a), not_beaten(a, a)) == (HOLDS, FAILS, HOLDS)
+    assert beats(a[:1], b[:1]) == UNDECIDED  # one seed decides nothing
+
+
+# ------------------------------------------------------------------------ statuses on the page
+
+
+def test_a_full_protocol_sweep_that_agrees_is_reproduced_and_one_that_differs_is_not(tmp_path):
     out = tmp_path / "outputs"
-    for experiment, parameter in (("s20_exp1", "dataset.sigma"), ("s20_exp2", "dataset.d"),
-                                  ("s20_exp3", "model.hidden")):
-        s20_sweep(out, experiment, parameter)
-    s20_sweep(out / "smoke", "s20_exp1", "dataset.sigma", skip_last=True)
-    eps = write_sweep(out, "g22_epsilon", [
-        record("g22_epsilon", "noised_bal", **{"loss.epsilon": 0.1}),
-        record("g22_epsilon", "noised_bal", status="failed", **{"loss.epsilon": 1.0})],
-        {"loss.epsilon": "0.1,1.0", "seed": 0})
-    (eps / "9").mkdir()
-    (eps / "9" / "results.json").write_text('{"status": "compl')
-    write_sweep(out, "b18_cifar_noise", [record("b18_cifar_noise", "ce", **{"dataset.noise": 0.2})],
-                {"dataset.noise": "0.0,0.2", "loss": "ce,smooth_svm", "seed": "range(3)"})
-    write_sweep(out / "smoke", "b18_tau", [
-        record("b18_tau", "smooth_svm", **{"loss.tau": tau}) for tau in (0.01, 1.0)],
-        {"loss.tau": "0.01,1.0", "seed": "'0'"})
-    (out / "bench").mkdir()
-    (out / "bench" / "losses.json").write_text(json.dumps({
-        "batch": 256, "threads": 1, "torch": "x", "log_esp_forward": [
-            {"n": 1000, "divide_conquer_log_seconds": 0.002, "summation_seconds": 0.01,
-             "summation_over_divide_conquer": 5.0}], "stability": []}))
-    return out
+    write_sweep(out / "sweeps" / "b18_cifar_noise" / "a", "b18_cifar_noise",
+                protocol_records("b18_cifar_noise", noise_metrics()))
+    path, errors = build_page(out)
+    assert errors == []
+    page, text = check_page(path), path.read_text()
+    assert page.status["b18_cifar_noise"] == "reproduced"
+    part = section(text, "b18_cifar_noise")
+    assert "<td>agrees</td>" in part and "<td>differs</td>" not in part and "Test GPU (36)" in part
+    assert "lab-node-3 (36)" in part and "0123456789ab (36)" in part  # where and with which code
+
+    shutil.rmtree(out / "sweeps")
+    write_sweep(out / "sweeps" / "b18_cifar_noise" / "b", "b18_cifar_noise",
+                protocol_records("b18_cifar_noise", noise_metrics(shift=20.0)))
+    path, _ = build_page(out)
+    assert Page(path.read_text()).status["b18_cifar_noise"] == "differs"
+    table = pd.read_csv(out / "report" / "tables" / "b18_cifar_noise.csv")
+    moved = table[(table["noise"] == 0.4) & (table["loss"] == "smooth_svm")].set_index("metric")
+    assert moved.at["top1", "verdict"] == DIFFERS and moved.at["top5", "verdict"] == AGREES
+    assert moved.at["top1", "ci_low"] < moved.at["top1", "mean"] < moved.at["top1", "ci_high"]
 
 
-def test_page_lists_every_item_with_its_status(outputs):
-    path, errors = build_page(outputs)
-    assert errors == [] and path == outputs / "report" / "index.html"
-    page = check_page(path)
-    expected = {item: "none" for item in ITEMS}
-    expected.update(s20_exp1="reproduced", s20_exp2="reproduced", s20_exp3="reproduced",
-                    b18_speed="reproduced", g22_epsilon="incomplete",
-                    b18_cifar_noise="incomplete", b18_tau="smoke")
-    assert page.status == expected
+def test_a_cut_down_sweep_deviates_and_names_the_keys(tmp_path):
+    """`-m +experiment=s20_exp1 trainer.epochs=3 seed=0`: every run completed, but it is not the
+    protocol: 3 epochs and one seed of ten, both listed; the expected runs are the protocol's."""
+    out = tmp_path / "outputs"
+    sweep = write_sweep(out / "sweeps" / "s20_exp1" / "cut", "s20_exp1",
+                        protocol_records("s20_exp1", s20_metrics(), {"trainer.epochs": 3}, seeds={0}),
+                        command_line=["trainer.epochs=3", "seed=0"])
+    fidelity = read_sweep(sweep, "s20_exp1").fidelity
+    assert not fidelity.faithful and set(fidelity.deviations) == {"trainer.epochs", "seed"}
+    assert "ran 3; protocol 1000" in fidelity.deviations["trainer.epochs"]
+    assert (fidelity.expected, fidelity.completed_jobs(load_sweep(sweep).runs)) == (150, 15)
+    path, _ = build_page(out)
     text = path.read_text()
-    for label in STATUS.values():
-        assert label in text
-    assert "make sweep-g22_plantnet</code>, then <code>make table-g22_plantnet" in text
-    assert "make bench-losses" in text and "1 unreadable" in text
-    assert "sweeps/s20_exp1/2026-01-01_00-00-00/0/results.json" in text  # a run's record
-    assert (outputs / "report" / "figures" / "b18_tau.png").is_file()
-    assert (outputs / "report" / "tables" / "g22_epsilon.tex").is_file()
-    for item in ITEMS:  # the overview links every item to its section
-        assert f'href="#{item}"' in text
+    assert Page(text).status["s20_exp1"] == "deviates"
+    part = section(text, "s20_exp1")
+    assert "<code>trainer.epochs</code>" in part and "<code>seed</code>" in part
+    assert "python train.py -m +experiment=s20_exp1 trainer.epochs=3 seed=0" in part
+    assert "135 protocol run(s) have no record" in part
 
 
-def test_page_of_nothing_says_no_runs_yet(tmp_path):
+def test_a_smoke_sweep_in_the_full_scale_folder_is_smoke(tmp_path):
+    out = tmp_path / "outputs"
+    write_sweep(out / "sweeps" / "s20_exp1" / "2026-01-01_00-00-00", "s20_exp1",
+                protocol_records("s20_exp1", s20_metrics(), seeds={0}),
+                command_line=["+scale=smoke"], sweeper={**protocol("s20_exp1").sweep, "seed": "0"})
+    path, _ = build_page(out)
+    assert Page(path.read_text()).status["s20_exp1"] == "smoke"
+    assert "color: #aaa" not in section(path.read_text(), "s20_exp1")  # a figure item: no diff column
+
+
+def test_the_best_sweep_is_chosen_by_completeness_and_record_times_not_names(tmp_path):
+    out = tmp_path / "outputs"
+    root = out / "sweeps" / "b18_cifar_noise"
+    write_sweep(root / "2026-01-01_00-00-00", "b18_cifar_noise",
+                protocol_records("b18_cifar_noise", noise_metrics(), ended="2026-06-01T00:00:00Z"))
+    write_sweep(root / "old_backup", "b18_cifar_noise",
+                protocol_records("b18_cifar_noise", noise_metrics(), ended="2025-01-01T00:00:00Z"))
+    write_sweep(root / "zz_partial", "b18_cifar_noise",
+                protocol_records("b18_cifar_noise", noise_metrics(), seeds={0},
+                                 ended="2027-01-01T00:00:00Z"))
+    assert best_sweep_dir(out, "b18_cifar_noise").name == "2026-01-01_00-00-00"
+    path, _ = build_page(out)
+    part = section(path.read_text(), "b18_cifar_noise")
+    assert "Other sweeps found (2)" in part and "old_backup" in part and "zz_partial" in part
+    path, _ = build_page(out, sweep_dirs=[root / "zz_partial"])  # --sweep-dir chooses
+    assert Page(path.read_text()).status["b18_cifar_noise"] == "incomplete"
+
+
+def test_claims_get_verdicts_that_decide_the_status(tmp_path):
+    out = tmp_path / "outputs"
+    write_sweep(out / "sweeps" / "s20_exp1" / "a", "s20_exp1", protocol_records("s20_exp1", s20_metrics()))
+    path, _ = build_page(out)
+    assert Page(path.read_text()).status["s20_exp1"] == "reproduced"
+    claims = (out / "report" / "figures" / "s20_exp1.md").read_text()
+    assert claims.count("| holds ") == 3 and "all 20 comparisons hold" in claims
+
+    shutil.rmtree(out / "sweeps")
+    write_sweep(out / "sweeps" / "s20_exp1" / "b", "s20_exp1",
+                protocol_records("s20_exp1", s20_metrics(group_wins_at_10=True)))
+    path, _ = build_page(out)
+    assert Page(path.read_text()).status["s20_exp1"] == "differs"
+    claims = (out / "report" / "figures" / "s20_exp1.md").read_text()
+    assert "| does not hold " in claims and "σ = 10 top1: ce − topk_group = -5.00" in claims
+
+
+def test_page_travels_and_lists_runs_in_job_order(tmp_path):
+    out = tmp_path / "outputs"
+    write_sweep(out / "sweeps" / "b18_cifar_noise" / "a", "b18_cifar_noise",
+                protocol_records("b18_cifar_noise", noise_metrics()))
+    build_page(out)
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(out / "report", moved)  # the page's folder alone
+    shutil.rmtree(out)
+    page = check_page(moved / "index.html")
+    records = [href for href in page.links if href.endswith("results.json")]
+    assert records[:3] == [f"runs/b18_cifar_noise/{job}/results.json" for job in (0, 1, 2)]
+    assert records.index("runs/b18_cifar_noise/2/results.json") < records.index(
+        "runs/b18_cifar_noise/10/results.json")
+    copied = json.loads((moved / records[0]).read_text())
+    assert copied["provenance"]["host"] == "lab-node-3"
+
+
+def test_page_of_nothing_says_no_runs_yet_and_explains_every_status(tmp_path):
     path, errors = build_page(tmp_path / "outputs")
-    page = Page(path.read_text())
+    page, text = Page(path.read_text()), path.read_text()
     assert errors == [] and page.status == {item: "none" for item in ITEMS}
-    assert page.images == [] and all(href.startswith("#") for href in page.links)
-
-
-def test_links_are_relative_so_the_page_opens_anywhere(outputs, tmp_path):
-    path, _ = build_page(outputs)
-    moved = tmp_path / "copy"
-    os.rename(outputs, moved)  # the whole outputs folder, page and runs together
-    check_page(moved / "report" / "index.html")
+    assert all(label in text for label in STATUS.values())
+    assert "make sweep-g22_plantnet</code>, then <code>make table-g22_plantnet" in text
+    assert "Pl@ntNet-300K and ResNet-50 ImageNet weights" in text and "24,900 h" in text
 
 
 def test_items_are_the_readmes_paper_results_rows():
@@ -154,12 +312,10 @@ def test_items_are_the_readmes_paper_results_rows():
     assert sorted(ids) == sorted(ITEMS)
 
 
-def test_expected_runs_from_multirun_yaml_without_hydra(tmp_path):
-    assert [sweep_size(v) for v in ("0.0,0.2", "range(3)", "range(1,7,2)", "choice(a,b)",
-                                    "[1,2],[3]", "'a,b'", 0, "interval(0,1)")] == \
-        [2, 3, 3, 2, 2, 1, 1, None]
-    sweep = write_sweep(tmp_path, "x", [record("x")], {"loss": "ce,focal", "seed": "range(4)"})
-    assert expected_runs(sweep) == (8, 4)
-    assert expected_runs(tmp_path) == (None, None)
-    (sweep / "0" / "results.json").write_text("[1, 2]")  # valid JSON, not a record
-    assert load_sweep(sweep).unreadable and load_sweep(sweep).runs.empty
+def test_a_corrupt_record_is_counted_not_fatal(tmp_path):
+    sweep = write_sweep(tmp_path / "s", "b18_cifar_noise",
+                        protocol_records("b18_cifar_noise", noise_metrics(), seeds={0}))
+    (sweep / "99").mkdir()
+    (sweep / "99" / "results.json").write_text("[1, 2]")  # valid JSON, not a record
+    loaded = load_sweep(sweep, "b18_cifar_noise")
+    assert len(loaded.unreadable) == 1 and len(loaded.runs) == 12

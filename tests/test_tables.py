@@ -15,7 +15,7 @@ import pytest
 from conftest import ROOT
 from topk import paper_results
 from topk.errors import ConfigError
-from topk.records import write_history, write_results
+from topk.records import EMPTY_PROVENANCE, write_history, write_results
 from topk.report.tables import (
     TABLES,
     build_table,
@@ -34,7 +34,7 @@ def record(status="completed", seed=0, loss="ce", params=None, test=None, val=No
         "augment": extra.pop("augment", "standard"), "seed": seed, "params": dict(params or {}),
         "best_epoch": extra.pop("best_epoch", 2), "selection_metric": extra.pop("selection", "val/top5"),
         "val": (val or {}) if done else {}, "test": (test or {}) if done else {},
-        "epoch_seconds": extra.pop("epoch_seconds", 1.0), "versions": {"topk": "0"}, **extra,
+        "epoch_seconds": extra.pop("epoch_seconds", 1.0), "versions": {"topk": "0"}, "provenance": EMPTY_PROVENANCE, **extra,
     }
 
 
@@ -104,6 +104,7 @@ def test_noise_table_statistics_counts_and_paper(noise_sweep, tmp_path):
     top5 = cell(tidy, noise=0.2, loss="ce", metric="top5")
     assert top5["mean"] == pytest.approx(94.1666666) and top5["paper"] == published["top5"]
 
+    published_svm = paper_row("b18_table1_cifar100_noise", noise=0.2, loss="smooth_svm")
     svm = cell(tidy, noise=0.2, loss="smooth_svm", metric="top5")
     assert (svm["n"], svm["runs"], svm["failed"], svm["interrupted"]) == (1, 3, 1, 1)
     assert svm["mean"] == 90.0 and math.isnan(svm["std"])  # the failed runs are not averaged in
@@ -116,31 +117,35 @@ def test_noise_table_statistics_counts_and_paper(noise_sweep, tmp_path):
 
     wide = table.sections[0][1]
     assert list(wide.index[:2]) == ["0", "0.2"]  # the paper's row order
-    assert wide.loc["0.2", ("ce", "top1", "ours")] == "75.00 ± 1.00 (3/3 seeds)"
+    assert wide.loc["0.2", ("ce", "top1", "ours")] == "75.00 ± 1.00 [72.52, 77.48] (3/3 seeds)"  # t(.975, 2) = 4.303
+    within = abs(75.0 - published["top1"]) <= 4.303 / 3**0.5 + published["top1_std"]
+    assert wide.loc["0.2", ("ce", "top1", "verdict")] == ("agrees" if within else "differs")
+    assert wide.loc["0.2", ("smooth_svm", "top5", "verdict")] == (
+        "agrees" if abs(90.0 - published_svm["top5"]) <= 2 * published_svm["top5_std"] else "differs")
     assert wide.loc["0.2", ("ce", "top1", "paper")] == f"{published['top1']:.2f} ± {published['top1_std']:.2f}"
     assert wide.loc["0.2", ("ce", "top1", "ours − paper")] == f"{75.0 - published['top1']:+.2f}"
     assert wide.loc["0.2", ("smooth_svm", "top5", "ours")] == "90.00 (1/3 seeds, 1 failed, 1 interrupted)"
     assert wide.loc["0", ("ce", "top5", "ours")] == "no run"
 
     markdown = files["md"].read_text()
-    assert "6 found, 4 completed, 1 failed, 1 interrupted, 0 running, 6 missing (12 expected" in markdown
+    assert ("6 found, 4 completed, 1 failed, 1 interrupted, 0 running, 30 of the protocol's 36 "
+            "runs missing") in markdown
     assert "1/3 seeds, 1 failed, 1 interrupted" in markdown and "no run" in markdown
     tex = files["tex"].read_text()
     assert "\\begin{tabular}" in tex and "smooth\\_svm" in tex and "$\\pm$" in tex
 
 
-def test_missing_seeds_and_no_multirun_yaml(tmp_path):
-    """Without multirun.yaml nothing is counted missing; with it, absent seeds of a cell are."""
+def test_expected_runs_come_from_the_protocol_not_multirun_yaml(tmp_path):
+    """With or without a multirun.yaml, and whatever narrowed sweep it describes, the runs and
+    seeds expected are those of +experiment=b18_cifar_noise (6 noise levels × 2 losses × 3 seeds)."""
     records = [record("completed", 0, "ce", {"dataset.noise": 0.2}, test={"top1": 70.0, "top5": 90.0})]
     bare = write_sweep(tmp_path / "bare", records, experiment="b18_cifar_noise")
-    table = build_table("b18_cifar_noise", sweep_dir=bare)
-    assert "missing unknown (no readable multirun.yaml)" in table.preamble[0]
-    assert cell(table.tidy, noise=0.2, loss="ce", metric="top1")["counts"] == "1/1 seeds"
-    swept = write_sweep(tmp_path / "swept", records, {"seed": "0,1,2"},
+    swept = write_sweep(tmp_path / "swept", records, {"seed": "0"},
                         task=["loss=ce", "dataset.noise=0.2"], experiment="b18_cifar_noise")
-    table = build_table("b18_cifar_noise", sweep_dir=swept)
-    assert "2 missing (3 expected" in table.preamble[0]
-    assert cell(table.tidy, noise=0.2, loss="ce", metric="top1")["counts"] == "1/3 seeds, 2 missing"
+    for sweep in (bare, swept):
+        table = build_table("b18_cifar_noise", sweep_dir=sweep)
+        assert "35 of the protocol's 36 runs missing" in table.preamble[0]
+        assert cell(table.tidy, noise=0.2, loss="ce", metric="top1")["counts"] == "1/3 seeds, 2 missing"
 
 
 def test_unreadable_record_is_counted_not_fatal(noise_sweep, tmp_path):
@@ -260,7 +265,7 @@ def test_g22_epsilon_val_top5(tmp_path):
     table = build_table("g22_epsilon", sweep_dir=sweep)
     row = cell(table.tidy, epsilon=0.1)
     assert (row["mean"], row["paper"]) == (94.5, paper_row("g22_table2_epsilon", epsilon=0.1)["val_top5"])
-    assert list(table.sections[0][1].columns) == ["ours", "paper", "ours − paper"]
+    assert list(table.sections[0][1].columns) == ["ours", "paper", "ours − paper", "verdict"]
 
 
 def test_g22_plantnet_uses_each_rows_k(tmp_path):
@@ -293,7 +298,8 @@ def test_g22_imagenet_lt_has_no_paper_numbers(tmp_path):
     few = cell(table.tidy, k=5, loss="ce", metric="few_topK")
     assert (few["mean"], few["failed"], few["running"]) == (40.0, 1, 1) and math.isnan(few["paper"])
     wide = table.sections[0][1]
-    assert wide.loc[("5", "ce"), ("few_topK", "ours")] == "40.00 (1/3 seeds, 1 failed, 1 running)"
+    # the protocol asks for 4 seeds
+    assert wide.loc[("5", "ce"), ("few_topK", "ours")] == "40.00 (1/4 seeds, 1 failed, 1 running, 1 missing)"
     assert wide.loc[("5", "ce"), ("few_topK", "paper")] == ""
 
 
@@ -376,7 +382,7 @@ def test_cli_without_a_sweep_says_which_command_runs_it(tmp_path, capsys):
     assert "scripts/bench_losses.py" in capsys.readouterr().err
     (tmp_path / "sweeps" / "g22_epsilon" / "2026-01-01_00-00-00").mkdir(parents=True)
     assert script.main(["g22_epsilon", "--outputs", str(tmp_path)]) == 1
-    assert "no run record" in capsys.readouterr().err
+    assert "no sweep of g22_epsilon with a run record" in capsys.readouterr().err
 
 
 def test_cli_uses_the_newest_sweep_and_prints_paths(noise_sweep, tmp_path, capsys):

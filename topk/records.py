@@ -242,15 +242,3 @@ class TensorBoardScalars:
     def close(self) -> None:
         self.flush()
         self.writer.close()
-
-
-def latest_sweep_dir(outputs: Path, experiment: str) -> Path:
-    """The newest ``outputs/sweeps/<experiment>/<time>`` directory."""
-    root = Path(outputs) / "sweeps" / experiment
-    candidates = sorted(p for p in root.glob("*") if p.is_dir()) if root.is_dir() else []
-    if not candidates:
-        raise FileNotFoundError(
-            f"no sweep of {experiment} under {root}; run "
-            f"`python train.py -m +experiment={experiment}` first."
-        )
-    return candidates[-1]

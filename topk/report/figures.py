@@ -25,8 +25,15 @@ from topk.report.cells import (
     ordered,
     summarise_groups,
 )
+from topk.report.claims import (
+    b18_tau_claims,
+    g22_time_claims,
+    s20_cifar_claims,
+    s20_synthetic_claims,
+)
 from topk.report.render import FigureText
 from topk.report.runs import Sweep, column, read_history, read_sweep
+from topk.report.verdicts import CLAIM_RULE
 
 
 @dataclass(frozen=True)
@@ -145,14 +152,17 @@ def s20_synthetic(experiment: str, sweep: Sweep):
                 row[f"ce_minus_best_other_{metric}"] = means["ce"] - means.drop("ce").max()
         leaders.append(row)
     claims = paper_results.load("s20_synthetic_claims")
+    judged = s20_synthetic_claims(experiment, sweep.runs, figure.parameter,
+                                  claims[claims["experiment"] == experiment])
     sections = [
         ("Test accuracy (%) over seeds (runs: completed runs; not_completed: failed or unfinished "
          "runs, left out of the means).", summary),
         ("Best mean per setting (losses within 0.05 points tie; `ce_minus_best_other`: CE's mean "
          "minus the best of the other losses, in points):", pd.DataFrame(leaders)),
-        ("What S20 claims for this experiment (`topk/paper_results/s20_synthetic_claims.csv`):",
-         claims[claims["experiment"] == experiment][["setting", "claim"]])]
-    text = FigureText(experiment, figure.title, [sweep.header()], sections, summary, floatfmt=".2f")
+        ("What S20 claims for this experiment (`topk/paper_results/s20_synthetic_claims.csv`), "
+         "and whether it holds on these runs. " + CLAIM_RULE, judged)]
+    text = FigureText(experiment, figure.title, [sweep.header()], sections, summary,
+                      floatfmt=".2f", verdicts=list(judged["verdict"]), sweep=sweep)
     return draw_summary(summary, figure), text
 
 
@@ -290,8 +300,12 @@ def s20_cifar(sweep: Sweep, model: str = "resnet18", augment: str = "mixup",
                   f", models selected by {panel['selection_metric']} ({len(runs)} runs); test "
                   f"top-k accuracy (%) for k = {ks[0]}…{ks[-1]}, mean ± std (ddof=1) over "
                   f"completed seeds. {COUNTS_LEGEND}", *notes, CLAIMS["s20_cifar"]]
+    claims = paper_results.load("s20_synthetic_claims")
+    judged = s20_cifar_claims(runs, ks, claims[claims["experiment"] == "s20_cifar"])
+    sections = [*s20_cifar_sections(points, panel, labels, ks[-1]),
+                ("What S20 claims, and whether it holds on these runs. " + CLAIM_RULE, judged)]
     text = FigureText("s20_cifar", "S20 Fig. 6: CIFAR-100 test top-k accuracy against k",
-                      paragraphs, s20_cifar_sections(points, panel, labels, ks[-1]), points)
+                      paragraphs, sections, points, verdicts=list(judged["verdict"]), sweep=sweep)
     fig, axis, _ = line_figure(
         points, ("loss", "k", "accuracy"), lambda loss: labels.get(loss, loss),
         ("k", "top-k test accuracy (%)", f"S20 Fig. 6: CIFAR-100, {panel['model']} + "
@@ -343,9 +357,13 @@ def g22_time(sweep: Sweep):
                   "ours: mean ± std (ddof=1) of the ratio over the runs at that K (CE and smooth "
                   f"SVM are timed once per B, as repeats). {COUNTS_LEGEND}", CLAIMS["g22_time"]]
     title = "G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy"
+    judged = g22_time_claims(tables.g22_ratio(runs), tables.g22_line(runs), tables.run_k(runs),
+                             column(runs, "params.n_samples"), CLAIMS["g22_time"])
     text = FigureText("g22_time", title, paragraphs,
-                      [("Epoch time / CE epoch time:", g22_time_table(ours, paper))],
-                      pd.concat([ours, paper], ignore_index=True))
+                      [("Epoch time / CE epoch time:", g22_time_table(ours, paper)),
+                       ("Whether G22's claim holds on these runs. " + CLAIM_RULE, judged)],
+                      pd.concat([ours, paper], ignore_index=True),
+                      verdicts=list(judged["verdict"]), sweep=sweep)
     fig, axis, colours = line_figure(ours, names, str, (
         "K", "epoch time / mean CE epoch time", f"{title} (lines: ours, mean ± std; stars: G22)"))
     for index, (line, group) in enumerate(paper.groupby("line", sort=False)):
@@ -417,11 +435,13 @@ def b18_tau(sweep: Sweep):
         "`history.csv` on the epochs where it was logged; mean ± std (ddof=1) over completed "
         "seeds. τ = 0 is the non-smooth top-5 SVM (`loss=hinge` or `loss.tau=0`). "
         f"{COUNTS_LEGEND}", CLAIMS["b18_tau"]]
+    judged = b18_tau_claims(last, CLAIMS["b18_tau"])
     sections = [("Last logged epoch, ours beside B18 Table 6 "
                  "(`topk/paper_results/b18_table6_temperature.csv`):",
-                 b18_final_table(points, final))]
+                 b18_final_table(points, final)),
+                ("Whether B18's claim holds on these runs. " + CLAIM_RULE, judged)]
     text = FigureText("b18_tau", "B18 Fig. 2a: top-5 training error per temperature τ",
-                      paragraphs, sections, points)
+                      paragraphs, sections, points, verdicts=list(judged["verdict"]), sweep=sweep)
     fig, axis, _ = line_figure(
         points, names, lambda tau: f"τ = {'–' if number(tau) is None else f'{tau:g}'}",
         ("epoch", "top-5 training error (%)", "B18 Fig. 2a: smooth top-5 SVM, top-5 training "

@@ -1,77 +1,122 @@
 """The report page: every item of the README's "Paper results" table on one static HTML page
-(``<outputs>/report/index.html``, relative links only), built from whatever runs exist.
+(``<outputs>/report/index.html``) that travels: the run records it cites are copied beside it.
 
-An item's source is its newest full-scale sweep (``<outputs>/sweeps/<id>/<time>``; b18_speed:
-``<outputs>/bench/losses.json``), else its newest smoke one (``<smoke>/sweeps/<id>/<time>``).
-Status: *reproduced here* (a full-scale sweep whose every expected run completed), *runs found
-but incomplete* (runs missing, failed or unfinished, or expected runs unknown), *smoke scale
-only* (the wiring ran, the numbers mean nothing) or *no runs yet*.
+Per item, every sweep found (``<outputs>/sweeps/<id>/*``, then ``<smoke>/sweeps/<id>/*``) is
+compared with the experiment's protocol (:mod:`topk.report.protocol`) and the best one is shown
+(:func:`topk.report.runs.sweep_rank`: full scale, faithful, most complete, newest records), the
+others listed; ``--sweep-dir`` chooses one. Its status (:data:`STATUS`, in order of precedence):
+*smoke scale*, *deviates from the protocol* (the differing keys listed), *protocol incomplete*,
+then, for a complete protocol run, *reproduced* (every cell with a published number agrees and
+every claim holds), *ran, differs*, *ran, undecided* or *ran* (nothing published to compare).
 """
 
 from __future__ import annotations
 
 import html
 import os
-import platform
 import re
 import shutil
-import socket
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 import topk
-from topk.records import latest_sweep_dir
 from topk.report.figures import FIGURES, build_figure, write_figure
+from topk.report.protocol import PROTOCOL_FREE_KEYS
 from topk.report.render import Table
-from topk.report.runs import Sweep, display_path, load_sweep
+from topk.report.runs import Sweep, column, display_path, find_sweeps, read_sweep
 from topk.report.tables import TABLE_IDS, make_table
 from topk.report.template import PAGE
+from topk.report.verdicts import AGREES, DIFFERS, FAILS, HOLDS
 
-ITEMS = {  # the README's "Paper results" rows, s20_exp1–3 apart
-    "s20_exp1": "S20 Fig. 2 (synthetic)", "s20_exp2": "S20 Fig. 3 (synthetic)",
-    "s20_exp3": "S20 Fig. 4 (synthetic)", "s20_cifar": "S20 Table I, Fig. 6",
-    "b18_cifar_noise": "B18 Table 1", "b18_imagenet": "B18 Table 2",
-    "b18_tau": "B18 Table 6, Fig. 2a", "b18_speed": "B18 Tables 3–5",
-    "g22_epsilon": "G22 Table 2", "g22_samples": "G22 Table 3", "g22_time": "G22 Fig. 3",
-    "g22_cifar_noise": "G22 Tables 4, 6", "g22_plantnet": "G22 Tables 5, 7",
-    "g22_imagenet_lt": "G22 preprint §4.5.2 (no published numbers)",
-    "p22_cifar": "P22 Tables 1, 4 (published numbers not on file)",
-    "p22_imagenet": "P22 Table 2 (published numbers not on file)",
-    "zoo_cifar100": "every loss on CIFAR-100", "zoo_plantnet": "every loss on Pl@ntNet-300K"}
-STATUS = {"reproduced": "reproduced here", "incomplete": "runs found but incomplete",
-          "smoke": "runs found but incomplete: smoke scale only", "none": "no runs yet"}
-SMOKE = ("Smoke scale (`make smoke`): one seed, one epoch of at most two batches on tiny data "
-         "sets; it shows that every step from command to table runs, the numbers mean nothing.")
+# id -> (what it reproduces, data it needs, compute on the 2-core CPU of `make bench-epochs`)
+ITEMS = {
+    "s20_exp1": ("S20 Fig. 2 (synthetic)", "none", "about 100 s"),
+    "s20_exp2": ("S20 Fig. 3 (synthetic)", "none", "about 100 s"),
+    "s20_exp3": ("S20 Fig. 4 (synthetic)", "none", "about 120 s"),
+    "s20_cifar": ("S20 Table I, Fig. 6", "CIFAR-100", "24,900 h (320 runs)"),
+    "b18_cifar_noise": ("B18 Table 1", "CIFAR-100", "18,800 h (36 runs)"),
+    "b18_imagenet": ("B18 Table 2", "ImageNet", "13,900 h (10 runs)"),
+    "b18_tau": ("B18 Table 6, Fig. 2a", "CIFAR-100", "370 h (7 runs)"),
+    "b18_speed": ("B18 Tables 3–5", "none", "a few minutes"),
+    "g22_epsilon": ("G22 Table 2", "CIFAR-100", "4,200 h (8 runs)"),
+    "g22_samples": ("G22 Table 3", "CIFAR-100", "3,700 h (7 runs)"),
+    "g22_time": ("G22 Fig. 3", "none (random CIFAR-shaped images)", "16 minutes (45 runs)"),
+    "g22_cifar_noise": ("G22 Tables 4, 6", "CIFAR-100", "15,700 h (30 runs)"),
+    "g22_plantnet": ("G22 Tables 5, 7", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
+                     "8,900 h (24 runs)"),
+    "g22_imagenet_lt": ("G22 preprint §4.5.2 (no published numbers)",
+                        "ImageNet and the ImageNet-LT lists", "8,800 h (24 runs)"),
+    "p22_cifar": ("P22 Tables 1, 4 (published numbers not on file)", "CIFAR-100",
+                  "365 h (18 runs)"),
+    "p22_imagenet": ("P22 Table 2 (published numbers not on file)", "P22's ImageNet embeddings",
+                     "tens of hours (18 runs, not timed)"),
+    "zoo_cifar100": ("every loss on CIFAR-100", "CIFAR-100", "30,900 h (28 runs)"),
+    "zoo_plantnet": ("every loss on Pl@ntNet-300K", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
+                     "7,500 h (14 runs)")}
+STATUS = {
+    "reproduced": "reproduced", "differs": "ran, differs", "undecided": "ran, undecided",
+    "ran": "ran (nothing published to compare)", "incomplete": "protocol incomplete",
+    "deviates": "deviates from the protocol", "smoke": "smoke scale (wiring only)",
+    "none": "no runs yet"}
+STATUS_MEANING = {
+    "reproduced": "the experiment's protocol ran completely, every cell with a published number "
+    "agrees and every paper claim holds",
+    "differs": "the protocol ran completely; a cell differs from the paper or a claim does not hold",
+    "undecided": "the protocol ran completely; no cell differs and no claim fails, but some have "
+    "too few runs or an interval that decides nothing",
+    "ran": "the protocol ran completely; the paper gives no number to compare (or speed on other "
+    "hardware)",
+    "incomplete": "the runs keep to the protocol, but some of its runs are missing, failed or "
+    "unfinished",
+    "deviates": "the runs differ from the protocol (keys listed) or the sweep was narrowed",
+    "smoke": "`+scale=smoke`: one short epoch on tiny data; the wiring ran, the numbers mean "
+    "nothing",
+    "none": "no sweep found; the command to run is named"}
 SMOKE_BENCH = ("Smoke scale (`make smoke`): the quick loss benchmark (n = 1000 only, short "
                "timings); `make bench-losses` runs the full one.")
+RECORD_FILES = ("results.json", "history.csv")
 
 
 def inline(line: str) -> str:
-    """Escaped text with markdown's `code` spans as <code>."""
-    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
+    """Escaped text with markdown's `code` spans as <code> and *emphasis* as <em>."""
+    text = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(line))
+    return re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"<em>\1</em>", text)
 
 
 @dataclass
 class Item:
     id: str
-    source: Path | None = None
-    smoke: bool = False
+    source: Path | None = None  # the chosen sweep directory, or the benchmark file
     sweep: Sweep | None = None
+    others: list[Sweep] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    smoke_bench: bool = False
+    verdicts: list[str] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     @property
     def status(self) -> str:
-        if self.source is None or (self.sweep is not None and not self.sweep.counts()["found"]):
+        if self.source is None:
             return "none"
-        if self.smoke or self.sweep is None:  # a smoke sweep; the benchmark file
-            return "smoke" if self.smoke else "reproduced"
-        counts = self.sweep.counts()
-        complete = counts["missing"] == 0 and counts["completed"] == counts["found"]
-        return "reproduced" if complete else "incomplete"
+        if self.sweep is None:  # the loss benchmark: speed on this hardware, no verdict
+            return "smoke" if self.smoke_bench else "ran"
+        fidelity = self.sweep.fidelity
+        if fidelity.smoke:
+            return "smoke"
+        if not fidelity.faithful:
+            return "deviates"
+        if fidelity.completed_jobs(self.sweep.runs) < fidelity.expected or self.errors:
+            return "incomplete"
+        if any(v in (DIFFERS, FAILS) for v in self.verdicts):
+            return "differs"
+        if not self.verdicts:
+            return "ran"
+        return "reproduced" if all(v in (AGREES, HOLDS) for v in self.verdicts) else "undecided"
 
     def command(self) -> str:
         run = "make bench-losses" if self.id == "b18_speed" else f"make sweep-{self.id}"
@@ -80,39 +125,50 @@ class Item:
         return f"<code>{run}</code>, then <code>make {' '.join(build)}</code>"
 
 
-def find_source(item: Item, outputs: Path, smoke: Path) -> None:
-    """The item's newest full-scale source, else its newest smoke one."""
-    for root, is_smoke in ((outputs, False), (smoke, True)):
-        if item.id == "b18_speed" and (root / "bench" / "losses.json").is_file():
-            item.source, item.smoke = root / "bench" / "losses.json", is_smoke
-            return
-        if item.id != "b18_speed" and (root / "sweeps" / item.id).is_dir():
-            try:
-                item.source, item.smoke = latest_sweep_dir(root, item.id), is_smoke
-            except FileNotFoundError:  # an empty experiment folder
-                continue
-            item.sweep = load_sweep(item.source)
-            return
+def find_source(item: Item, outputs: Path, smoke: Path, chosen: dict[str, Path]) -> None:
+    """The item's chosen sweep (``chosen``, else the best found) and the others found."""
+    if item.id == "b18_speed":
+        for root, is_smoke in ((outputs, False), (smoke, True)):
+            if (root / "bench" / "losses.json").is_file():
+                item.source, item.smoke_bench = root / "bench" / "losses.json", is_smoke
+                return
+        return
+    sweeps, item.refused = find_sweeps([outputs, smoke], item.id)
+    if item.id in chosen:
+        picked = read_sweep(chosen[item.id], item.id)
+        sweeps = [picked, *(s for s in sweeps if s.path.resolve() != picked.path.resolve())]
+    if sweeps:
+        item.sweep, item.others = sweeps[0], sweeps[1:]
+        item.source = item.sweep.path
 
 
-def html_table(frame: pd.DataFrame, index: bool = True, floatfmt: str | None = None) -> str:
-    """``frame`` as an HTML table; a one-level index's name goes in the header's last row."""
+def html_table(frame: pd.DataFrame, index: bool = True, floatfmt: str | None = None,
+               grey: tuple[str, ...] = ()) -> str:
+    """``frame`` as an HTML table; a one-level index's name goes in the header's last row;
+    columns whose last header level is in ``grey`` are greyed out (smoke numbers)."""
     if index and frame.index.nlevels == 1 and frame.index.name:
         frame = frame.rename_axis(None).rename_axis(
             columns=[None] * (frame.columns.nlevels - 1) + [frame.index.name])
-    return frame.to_html(index=index, border=0, na_rep="", escape=True,
-                         float_format=(lambda value: format(value, floatfmt)) if floatfmt else None)
+    formatter = (lambda value: format(value, floatfmt)) if floatfmt else None
+    greyed = [c for c in frame.columns if (c[-1] if isinstance(c, tuple) else c) in grey]
+    if not greyed:
+        return frame.to_html(index=index, border=0, na_rep="", escape=True, float_format=formatter)
+    style = frame.style.set_properties(subset=greyed, **{"color": "#aaa"})
+    style = style.format(formatter, na_rep="") if formatter else style.format(na_rep="")
+    return style.to_html(table_attributes='border="0"', **({} if index else {"index": False}))
 
 
 def link(path: Path, label: str, page_dir: Path) -> str:
     return f'<a href="{html.escape(os.path.relpath(path, page_dir))}">{html.escape(label)}</a>'
 
 
-def sections_html(text: Table) -> list[str]:
-    """Paragraphs (the sweep's header line is shown once, above) and captioned tables."""
+def sections_html(text: Table, smoke: bool) -> list[str]:
+    """Paragraphs (the sweep's header line is shown once, above) and captioned tables; a smoke
+    item's ours − paper and verdict columns are greyed out."""
+    grey = ("ours − paper", "verdict") if smoke else ()
     parts = [f"<p>{inline(line)}</p>" for line in text.preamble if not line.startswith("Sweep `")]
     for caption, frame in text.sections:
-        table = f'<div class="scroll">{html_table(frame, text.index, text.floatfmt)}</div>'
+        table = f'<div class="scroll">{html_table(frame, text.index, text.floatfmt, grey)}</div>'
         if len(frame) > 15:  # long tables fold away
             table = f"<details><summary>{len(frame)} rows</summary>{table}</details>"
         parts += [f"<h4>{inline(caption)}</h4>" if caption else "", table]
@@ -120,7 +176,9 @@ def sections_html(text: Table) -> list[str]:
 
 
 def build_outputs(item: Item, page_dir: Path) -> None:
-    """The item's tables and figures, written beside the page, as HTML parts of it."""
+    """The item's tables and figures, written beside the page, as HTML parts of it; their
+    verdicts are the item's."""
+    smoke = item.status == "smoke"
     sweep_dir = item.source if item.sweep is not None else None
     bench_file = item.source if item.sweep is None else None
     if item.id in TABLE_IDS:
@@ -128,7 +186,8 @@ def build_outputs(item: Item, page_dir: Path) -> None:
                                   bench_file=bench_file)
         formats = " · ".join(link(path, kind, page_dir) for kind, path in files.items())
         item.parts += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="meta">{formats}</p>',
-                       *sections_html(table)]
+                       *sections_html(table, smoke)]
+        item.verdicts += table.verdicts
     if item.id in FIGURES:
         built = build_figure(item.id, sweep_dir)
         files, text = write_figure(built, page_dir / "figures"), built[1]
@@ -136,98 +195,196 @@ def build_outputs(item: Item, page_dir: Path) -> None:
         item.parts += [f"<h3>{html.escape(text.title)}</h3>",
                        f'<img src="{html.escape(os.path.relpath(files["png"], page_dir))}" '
                        f'alt="{html.escape(text.title)}">', f'<p class="meta">{formats}</p>',
-                       *sections_html(text)]
+                       *sections_html(text, smoke)]
+        item.verdicts += text.verdicts
 
 
-def counts_html(item: Item, page_dir: Path) -> str:
-    """Source, run counts, seeds per setting (completed / expected) and each run's record."""
+def copy_records(item: Item, page_dir: Path) -> Path:
+    """The item's run records (and its sweep's ``multirun.yaml``) copied to
+    ``<page>/runs/<item>/``, so that the page's links work wherever the folder goes."""
+    target = page_dir / "runs" / item.id
     if item.sweep is None:
-        return f'<p class="meta">Source: {link(item.source, display_path(item.source), page_dir)}</p>'
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(item.source, target / item.source.name)
+        return target / item.source.name
+    for run_dir in item.sweep.runs["run_dir"]:
+        destination = target / Path(run_dir).relative_to(item.sweep.path)
+        destination.mkdir(parents=True, exist_ok=True)
+        for name in RECORD_FILES:
+            if (Path(run_dir) / name).is_file():
+                shutil.copy2(Path(run_dir) / name, destination / name)
+    if (item.sweep.path / "multirun.yaml").is_file():
+        target.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(item.sweep.path / "multirun.yaml", target / "multirun.yaml")
+    return target
+
+
+def sweep_line(sweep: Sweep) -> str:
+    """A sweep in a few words: where, status against the protocol, completed runs, when."""
+    fidelity = sweep.fidelity
+    kind = ("smoke scale" if fidelity.smoke else "deviates" if not fidelity.faithful
+            else "faithful")
+    first, last = sweep.written()
+    return (f"<code>{html.escape(display_path(sweep.path))}</code>: {kind}, "
+            f"{fidelity.completed_jobs(sweep.runs)}/{fidelity.expected} protocol runs completed, "
+            f"records {html.escape(first or '?')} to {html.escape(last or '?')}")
+
+
+def protocol_html(item: Item) -> str:
+    """The protocol check: what the protocol asks, the sweep's command line, every deviation,
+    runs outside the protocol, missing runs, keys only one side has, and the other sweeps."""
+    fidelity, runs = item.sweep.fidelity, item.sweep.runs
+    proto = fidelity.protocol
+    sweep = ", ".join(f"<code>{html.escape(k)}={html.escape(v)}</code>" for k, v in proto.sweep.items())
+    command = ("unknown (no readable multirun.yaml)" if fidelity.command_line is None else
+               f"<code>python train.py -m +experiment={item.id} "
+               f"{html.escape(' '.join(fidelity.command_line))}</code>")
+    parts = [f"<p><strong>Protocol</strong> (<code>+experiment={item.id}</code>, no other "
+             f"override): {fidelity.expected} runs, {proto.seeds} seed(s) per setting, sweeping "
+             f"{sweep or 'nothing'}. This sweep ran {command}; "
+             f"{fidelity.completed_jobs(runs)} of the protocol's runs completed.</p>"]
+    if fidelity.deviations:
+        rows = "".join(f"<tr><td><code>{html.escape(k)}</code></td><td>{html.escape(v)}</td></tr>"
+                       for k, v in sorted(fidelity.deviations.items()))
+        parts.append(f"<p><strong>Deviations from the protocol</strong> ({len(fidelity.deviations)} "
+                     f"keys; keys that change only speed, place or verbosity are not compared: "
+                     f"{', '.join(sorted(PROTOCOL_FREE_KEYS))}):</p><div class=\"scroll\"><table>"
+                     f"<thead><tr><th>key</th><th>values</th></tr></thead><tbody>{rows}</tbody>"
+                     "</table></div>")
+    if fidelity.outside:
+        parts.append(f"<p>{len(fidelity.outside)} run(s) lie outside the protocol's sweep "
+                     "(swept values it does not ask for).</p>")
+    missing = fidelity.missing_jobs()
+    if missing:
+        shown = "; ".join(missing[:5]) + (f"; … {len(missing) - 5} more" if len(missing) > 5 else "")
+        parts.append(f"<p class=\"meta\">{len(missing)} protocol run(s) have no record: "
+                     f"{html.escape(shown)}.</p>")
+    if fidelity.unmatched_keys:
+        keys = ", ".join(f"{k} ({v})" for k, v in sorted(fidelity.unmatched_keys.items()))
+        parts.append(f"<p class=\"meta\">Keys not compared (one side lacks them: the config "
+                     f"changed since these runs): {html.escape(keys)}.</p>")
+    if item.others or item.refused:
+        others = "".join(f"<li>{sweep_line(s)}</li>" for s in item.others)
+        others += "".join(f"<li>not read: {html.escape(r)}</li>" for r in item.refused)
+        parts.append(f"<details><summary>Other sweeps found ({len(item.others) + len(item.refused)})"
+                     f"</summary><ul>{others}</ul></details>")
+    return "\n".join(parts)
+
+
+def provenance_html(runs: pd.DataFrame) -> str:
+    """Where, on what and with which code the runs ran: each distinct value with its count."""
+    def values(name: str, missing="unknown") -> str:
+        counts = Counter("–" if v is None else str(v) for v in column(runs, f"provenance.{name}"))
+        return ", ".join(f"{html.escape(v if v != '–' else missing)} ({n})"
+                         for v, n in counts.most_common())
+    first = min((t for t in column(runs, "provenance.started_utc") if t), default="unknown")
+    last = max((t for t in column(runs, "provenance.ended_utc") if t), default="unknown")
+    return (f"<p class=\"meta\"><strong>Ran</strong> on host {values('host')} · device "
+            f"{values('device')} · GPU {values('gpu_name', 'none')} · processes "
+            f"{values('world_size')} · code {values('git', 'unknown (record without provenance)')}"
+            f" · from {html.escape(first)} to {html.escape(last)} (UTC).</p>")
+
+
+def runs_html(item: Item, records: Path, page_dir: Path) -> str:
+    """Run counts and each run's copied record, in job order."""
     runs, c = item.sweep.runs, item.sweep.counts()
-    settings = runs[[n for n in runs.columns if n.startswith("params.") and n != "params.seed"]]
-    done = runs["status"] == "completed"
-    setting = pd.Series([repr(tuple(row)) for row in settings.itertuples(index=False)], index=runs.index)
-    seeds = runs["seed"][done].groupby(setting[done]).nunique()
-    seeds = ("none" if seeds.empty else str(seeds.min()) if seeds.min() == seeds.max()
-             else f"{seeds.min()}–{seeds.max()}")
-    listing = "".join(f"<li>{link(Path(d) / 'results.json', Path(d).name, page_dir)}: "
-                      + html.escape(f"{loss}, seed {seed}, {status}") + "</li>" for d, loss, seed,
-                      status in zip(runs["run_dir"], runs["loss"], runs["seed"], runs["status"]))
-    return (f'<p class="meta">Source: {link(item.source, display_path(item.source), page_dir)}'
-            f" · runs: {c['found']} found, {c['completed']} completed, {c['failed']} failed, "
-            f"{c['interrupted'] + c['running']} unfinished, {c['unreadable']} unreadable, "
-            f"{'unknown' if c['missing'] is None else c['missing']} missing · seeds per setting: "
-            f"{seeds} completed ({item.sweep.seeds or 'unknown'} expected)</p>"
+    listing = "".join(
+        f"<li>{link(records / Path(d).relative_to(item.sweep.path) / 'results.json', Path(d).name, page_dir)}: "
+        + html.escape(f"{loss}, seed {seed}, {status}") + "</li>"
+        for d, loss, seed, status in zip(runs["run_dir"], runs["loss"], runs["seed"], runs["status"]))
+    return (f'<p class="meta">Runs: {c["found"]} found, {c["completed"]} completed, '
+            f"{c['failed']} failed, {c['interrupted'] + c['running']} unfinished, "
+            f"{c['unreadable']} unreadable; {c['missing']} of the protocol's {c['expected']} "
+            f"missing. Records copied to {link(records, display_path(records.relative_to(page_dir)), page_dir)}.</p>"
             f"<details><summary>Run records ({len(runs)})</summary><ul>{listing}</ul></details>")
 
 
 def item_html(item: Item, page_dir: Path) -> str:
-    head = (f'<h2 id="{item.id}">{item.id} — {html.escape(ITEMS[item.id])} '
+    reproduces, data, compute = ITEMS[item.id]
+    head = (f'<h2 id="{item.id}">{item.id} — {html.escape(reproduces)} '
             f'<span class="status {item.status}">{STATUS[item.status]}</span></h2>')
-    body = [f"<p>Produced by {item.command()}.</p>"]
+    body = [f"<p>Produced by {item.command()}. Data: {html.escape(data)}. Compute: "
+            f"{html.escape(compute)} on the 2-core CPU of <code>make bench-epochs</code>.</p>"]
     if item.status == "none":
         return head + "".join(body)
-    note = SMOKE if item.sweep is not None else SMOKE_BENCH
-    body += [f"<p><em>{inline(note)}</em></p>"] if item.smoke else []
-    body += [counts_html(item, page_dir), *item.parts]
+    body.append(f"<p><em>{inline(STATUS_MEANING[item.status])}.</em></p>")
+    records = copy_records(item, page_dir)
+    if item.sweep is None:
+        note = f"<p><em>{inline(SMOKE_BENCH)}</em></p>" if item.smoke_bench else ""
+        body += [note, f'<p class="meta">Source: {link(records, "losses.json", page_dir)} (from '
+                       f"{html.escape(display_path(item.source))})</p>"]
+    else:
+        body += [protocol_html(item), provenance_html(item.sweep.runs),
+                 runs_html(item, records, page_dir)]
+    body += item.parts
     body += [f'<p class="error">Could not build: {html.escape(e)}</p>' for e in item.errors]
     return head + "\n".join(body)
 
 
-def overview(items: list[Item], page_dir: Path) -> str:
-    """One row per item: what it reproduces, status, runs, source and the command to run."""
+def overview(items: list[Item]) -> str:
+    """One row per item: what it reproduces, status, protocol runs, data and compute."""
     def cells(i: Item) -> list[str]:
-        runs = "" if i.sweep is None else "{completed}/{found}".format(**i.sweep.counts())
-        scale = "smoke" if i.smoke else "full scale"
-        source = "" if i.source is None else link(i.source, f"{scale}: {i.source.name}", page_dir)
-        return [f'<a href="#{i.id}">{i.id}</a>', html.escape(ITEMS[i.id]),
-                f'<span class="status {i.status}">{STATUS[i.status]}</span>', runs, source,
-                i.command()]
-    head = ("item", "reproduces", "status", "runs completed / found", "source", "produced by")
+        runs = "" if i.sweep is None else (f"{i.sweep.fidelity.completed_jobs(i.sweep.runs)}"
+                                           f"/{i.sweep.fidelity.expected}")
+        reproduces, data, compute = ITEMS[i.id]
+        return [f'<a href="#{i.id}">{i.id}</a>', html.escape(reproduces),
+                f'<span class="status {i.status}">{STATUS[i.status]}</span>', runs,
+                html.escape(data), html.escape(compute), i.command()]
+    head = ("item", "reproduces", "status", "protocol runs completed", "data", "compute (CPU)",
+            "produced by")
     rows = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in cells(i)) + "</tr>" for i in items)
     return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head)
             + f"</tr></thead><tbody>{rows}</tbody></table>")
 
 
 def header(items: list[Item]) -> str:
-    import torch
-
-    sweeps = [i for i in items if i.sweep is not None]
-    runs = sum(len(i.sweep.runs) for i in sweeps)
-    stamps = [Path(d, "results.json").stat().st_mtime for i in sweeps for d in i.sweep.runs["run_dir"]]
-    when = (" between " + " and ".join(time.strftime("%Y-%m-%d %H:%M", time.localtime(s))
-                                       for s in (min(stamps), max(stamps)))) if stamps else ""
-    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
-    full = sum(not i.smoke for i in sweeps)
-    return (f"<h1>Top-k classification losses: reproduction report</h1><p class=\"meta\">Built "
-            f"{time.strftime('%Y-%m-%d %H:%M %Z')} on {html.escape(socket.gethostname())} "
-            f"({html.escape(platform.platform(terse=True))}, {os.cpu_count()} CPU cores, "
-            f"{html.escape(device)}) with topk {topk.__version__}, torch {torch.__version__}."
-            f"</p><p>What was run: {runs} runs in {len(sweeps)} sweeps ({full} full-scale, "
-            f"{len(sweeps) - full} smoke-scale), records written{when}. Each paper item below "
-            "shows its tables and figures with the published numbers beside ours, its status "
-            "and the command that produces it.</p>")
+    sweeps = [i.sweep for i in items if i.sweep is not None]
+    runs = sum(len(s.runs) for s in sweeps)
+    meanings = "".join(f'<li><span class="status {key}">{STATUS[key]}</span>: '
+                       f"{inline(text)}.</li>" for key, text in STATUS_MEANING.items())
+    built = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    return ("<h1>Top-k classification losses: reproduction report</h1>"
+            f'<p class="meta">Page built {built} with topk {topk.__version__} from {runs} run '
+            f"records in {len(sweeps)} sweep(s); where each ran is said per item.</p><p>Each item shows the sweep that keeps "
+            "closest to its experiment's protocol, how it compares with that protocol, where and "
+            "with which code its runs ran (their records' provenance), its tables and figures "
+            "with the published numbers beside ours, a verdict per published number and per "
+            "paper claim, and its status:</p>"
+            f"<ul>{meanings}</ul>")
 
 
-def build_page(outputs: Path, smoke: Path | None = None,
-               page_dir: Path | None = None) -> tuple[Path, list[str]]:
-    """Write ``<page_dir>/index.html`` (default ``<outputs>/report``) with its tables and figures;
-    returns its path and the errors of items that could not be built (the page says why)."""
+def build_page(outputs: Path, smoke: Path | None = None, page_dir: Path | None = None,
+               sweep_dirs: list[Path] = ()) -> tuple[Path, list[str]]:
+    """Write ``<page_dir>/index.html`` (default ``<outputs>/report``) with its tables, figures
+    and copied run records; ``sweep_dirs`` choose an item's sweep (by the experiment of its
+    records). Returns the page's path and the errors of items that could not be built."""
     outputs = Path(outputs)
     smoke, page_dir = Path(smoke or outputs / "smoke"), Path(page_dir or outputs / "report")
-    for folder in ("tables", "figures"):  # no file of an earlier build stays beside the page
+    for folder in ("tables", "figures", "runs"):  # no file of an earlier build stays beside the page
         shutil.rmtree(page_dir / folder, ignore_errors=True)
     page_dir.mkdir(parents=True, exist_ok=True)
+    chosen = {experiment_of(Path(d)): Path(d) for d in sweep_dirs}
     items = [Item(item_id) for item_id in ITEMS]
     for item in items:
-        find_source(item, outputs, smoke)
-        if item.status != "none":
-            try:
+        try:
+            find_source(item, outputs, smoke, chosen)
+            if item.status != "none":
                 build_outputs(item, page_dir)
-            except Exception as error:  # noqa: BLE001 - one broken item must not lose the page
-                item.errors.append(f"{type(error).__name__}: {error}")
-    body = [header(items), overview(items, page_dir), *(item_html(item, page_dir) for item in items)]
+        except Exception as error:  # noqa: BLE001 - one broken item must not lose the page
+            item.errors.append(f"{type(error).__name__}: {error}")
+    body = [header(items), overview(items), *(item_html(item, page_dir) for item in items)]
     path = page_dir / "index.html"
     path.write_text(PAGE.format(title="Top-k losses: reproduction report", image_width=760,
                                 body="\n".join(body)))
     return path, [f"{item.id}: {error}" for item in items for error in item.errors]
+
+
+def experiment_of(sweep_dir: Path) -> str:
+    """The experiment named by the records under ``sweep_dir`` (``ValueError`` if none)."""
+    from topk.report.runs import load_sweep
+
+    names = {str(name) for name in load_sweep(sweep_dir).runs["experiment"] if name is not None}
+    if len(names) != 1 or next(iter(names)) not in ITEMS:
+        raise ValueError(f"{sweep_dir} holds no runs of one paper experiment; give a sweep "
+                         "directory of `python train.py -m +experiment=<id>`.")
+    return next(iter(names))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +27,8 @@ class Table:
     sections: list[tuple[str, pd.DataFrame]]
     tidy: pd.DataFrame
     floatfmt: str | None = None
+    verdicts: list[str] = field(default_factory=list)  # its cells' and claims' verdicts
+    sweep: object = None  # the topk.report.runs.Sweep it was built from (None: the benchmark)
     index = True  # print the frames' index (class attributes: a FigureText's differ)
     heading = "### "  # before each caption
 

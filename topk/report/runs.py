@@ -1,21 +1,22 @@
 """A sweep's run records read once into a pandas frame, with its run counts: one row per
 readable ``results.json`` (keys flattened: ``params.loss.k``, ``test.top5``), missing values
-``None``; expected runs from the sweep's ``multirun.yaml``, read with YAML (no Hydra).
+``None``, runs in job order (0, 1, 2, …, 10). The expected runs are the experiment's protocol's
+(:mod:`topk.report.protocol`), never the sweep's own, possibly narrowed, ``multirun.yaml``.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import re
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from topk.errors import ConfigError
 from topk.records import STATUSES, flatten
+from topk.report.protocol import Fidelity, assess
 
 UNFINISHED = STATUSES[1:]
 BASE_COLUMNS = ("status", "experiment", "loss", "model", "augment", "seed", "selection_metric",
@@ -52,81 +53,73 @@ def column(runs: pd.DataFrame, name: str, default=None) -> pd.Series:
     return objects((default if value is None else value for value in values), runs.index)
 
 
-def sweep_size(value) -> int | None:
-    """How many values a Hydra override value sweeps over (``None``: continuous or unknown):
-    ``a,b,c`` 3, ``range(3)`` 3, ``choice(a,b)`` 2, ``x`` 1."""
-    text = str(value).strip()
-    call = re.fullmatch(r"(\w+)\((.*)\)", text, re.S)
-    name = call.group(1) if call else None
-    if name in ("interval", "glob"):
-        return None
-    if name in ("choice", "sort", "shuffle"):
-        return sweep_size(call.group(2))
-    if name == "range":
-        args = [float(arg) for arg in call.group(2).split(",")]
-        start, stop, step = (0.0, args[0], 1.0) if len(args) == 1 else (*args, 1.0)[:3]
-        return max(0, math.ceil((stop - start) / step))
-    text, previous = re.sub(r"'[^']*'|\"[^\"]*\"", "", text), None
-    while previous != text:  # drop quoted and bracketed parts: their commas separate no items
-        previous, text = text, re.sub(r"\([^()]*\)|\[[^][]*\]|\{[^{}]*\}", "", text)
-    return text.count(",") + 1
-
-
-def expected_runs(sweep_dir: Path) -> tuple[int | None, int | None]:
-    """Jobs (product of the sweep lists' sizes) and seeds per setting that the sweep's
-    ``multirun.yaml`` asks for; ``(None, None)`` if it is absent or unreadable."""
-    try:
-        hydra = (yaml.safe_load((Path(sweep_dir) / "multirun.yaml").read_text()) or {})["hydra"]
-        lines = [f"{key}={value}" for key, value in
-                 ((hydra.get("sweeper") or {}).get("params") or {}).items()]
-        lines += list((hydra.get("overrides") or {}).get("task") or [])
-        sizes = {}
-        for line in lines:
-            key, _, value = str(line).partition("=")
-            sizes[key.lstrip("+~")] = sweep_size(value)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, yaml.YAMLError):
-        return None, None
-    if not sizes:
-        return None, None
-    jobs = None if None in sizes.values() else math.prod(sizes.values())
-    return jobs, sizes.get("seed", 1)
-
-
 @dataclass(frozen=True)
 class Sweep:
-    """A sweep directory read once: its runs frame, unreadable records and expected counts."""
+    """A sweep directory read once: its runs frame, unreadable records and, where its experiment
+    is known, how it compares with the experiment's protocol (expected runs and seeds)."""
 
     path: Path
     runs: pd.DataFrame
     unreadable: tuple[str, ...]
-    jobs: int | None
-    seeds: int | None
+    fidelity: Fidelity | None = None
+
+    @property
+    def jobs(self) -> int | None:
+        """Runs the protocol asks for (``None``: no experiment to compare with)."""
+        return None if self.fidelity is None else self.fidelity.expected
+
+    @property
+    def seeds(self) -> int | None:
+        """Seeds per setting the protocol asks for."""
+        return None if self.fidelity is None else self.fidelity.protocol.seeds
 
     def counts(self) -> dict:
-        """Runs found, per status, unreadable, expected and missing."""
+        """Runs found, per status, unreadable, expected and missing (protocol jobs no run
+        answers)."""
         statuses = self.runs["status"].value_counts()
         found = len(self.runs) + len(self.unreadable)
         counts = {"found": found, **{s: int(statuses.get(s, 0)) for s in STATUSES},
                   "unreadable": len(self.unreadable), "expected": self.jobs}
-        counts["missing"] = None if self.jobs is None else max(0, self.jobs - found)
+        counts["missing"] = None if self.fidelity is None else len(self.fidelity.missing_jobs())
         return counts
+
+    def written(self) -> tuple[str | None, str | None]:
+        """The first start and the last end (UTC, ISO 8601) of its runs: the records'
+        ``provenance``, else the files' modification times."""
+        starts = [t for t in column(self.runs, "provenance.started_utc") if t]
+        ends = [t for t in column(self.runs, "provenance.ended_utc") if t]
+        stamps = [utc_text(Path(d, "results.json").stat().st_mtime) for d in self.runs["run_dir"]
+                  if Path(d, "results.json").exists()]
+        first, last = min(starts or stamps, default=None), max(ends or stamps, default=None)
+        return first, last
 
     def header(self) -> str:
         """One sentence: runs found, completed, failed, interrupted, running, missing."""
         c = self.counts()
-        expected = (", missing unknown (no readable multirun.yaml)" if c["expected"] is None
-                    else f", {c['missing']} missing ({c['expected']} expected from multirun.yaml)")
+        expected = (", missing unknown (no protocol to compare with)" if c["expected"] is None
+                    else f", {c['missing']} of the protocol's {c['expected']} runs missing")
         unreadable = f", {c['unreadable']} unreadable" if c["unreadable"] else ""
         return (f"Sweep `{display_path(self.path)}`: runs {c['found']} found, {c['completed']} "
                 f"completed, {c['failed']} failed, {c['interrupted']} interrupted, "
                 f"{c['running']} running{unreadable}{expected}.")
 
 
-def load_sweep(sweep_dir: Path) -> Sweep:
-    """Every ``results.json`` below ``sweep_dir`` as one row (a missing sweep reads as empty);
-    a corrupt record is counted in ``unreadable``, never fatal."""
+def utc_text(seconds: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def job_order(path: Path) -> tuple:
+    """Natural order of record paths: job 2 before job 10."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part)
+                 for part in path.parent.parts)
+
+
+def load_sweep(sweep_dir: Path, experiment: str | None = None) -> Sweep:
+    """Every ``results.json`` below ``sweep_dir`` as one row, in job order (a missing sweep reads
+    as empty); a corrupt record is counted in ``unreadable``, never fatal. With ``experiment``
+    the runs are compared with its protocol (:func:`topk.report.protocol.assess`)."""
     rows, unreadable = [], []
-    for path in sorted(Path(sweep_dir).rglob("results.json")):
+    for path in sorted(Path(sweep_dir).rglob("results.json"), key=job_order):
         try:
             record = json.loads(path.read_text())
             if not isinstance(record, dict):
@@ -134,11 +127,13 @@ def load_sweep(sweep_dir: Path) -> Sweep:
         except (OSError, ValueError) as error:
             unreadable.append(f"{path}: {error}")
             continue
-        rows.append({**flatten(record), "run_dir": str(path.parent)})
+        params = record.get("params") if isinstance(record.get("params"), dict) else {}
+        rows.append({**flatten(record), "run_dir": str(path.parent), "_params": params})
     runs = pd.DataFrame(rows, dtype=object)
     runs = runs.reindex(columns=[*BASE_COLUMNS, *runs.columns.difference(BASE_COLUMNS)])
     runs = runs.astype(object).where(runs.notna(), None)
-    return Sweep(Path(sweep_dir), runs, tuple(unreadable), *expected_runs(sweep_dir))
+    fidelity = assess(runs, sweep_dir, experiment) if experiment else None
+    return Sweep(Path(sweep_dir), runs, tuple(unreadable), fidelity)
 
 
 def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
@@ -158,7 +153,7 @@ def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
                     runs.index)
     strangers = runs[names != experiment]
     if strangers.empty:
-        return sweep
+        return replace(sweep, fidelity=assess(runs, sweep_dir, experiment))
     others = set(names[strangers.index])
     named = sorted(name for name in others if name is not None)
     found = [f"experiment{'s' if len(named) > 1 else ''} {', '.join(named)}"] if named else []
@@ -182,3 +177,36 @@ def read_history(run_dir) -> pd.DataFrame | None:
         return pd.read_csv(Path(run_dir) / "history.csv")
     except (OSError, ValueError):
         return None
+
+
+def sweep_rank(sweep: Sweep) -> tuple:
+    """Better sweeps rank higher: full scale before smoke, protocol-faithful before deviating,
+    more of the protocol's runs completed, then the newest records (not directory names)."""
+    fidelity = sweep.fidelity
+    done = fidelity.completed_jobs(sweep.runs) / max(1, fidelity.expected) if fidelity else 0.0
+    return (not (fidelity and fidelity.smoke), bool(fidelity and fidelity.faithful), done,
+            sweep.written()[1] or "")
+
+
+def find_sweeps(roots, experiment: str) -> tuple[list[Sweep], list[str]]:
+    """Every readable sweep of ``experiment`` under ``<root>/sweeps/<experiment>/`` of each root,
+    best first (:func:`sweep_rank`), and one sentence for each folder that is not one."""
+    sweeps, refused = [], []
+    for root in roots:
+        folder = Path(root) / "sweeps" / experiment
+        for path in sorted(p for p in folder.glob("*") if p.is_dir()) if folder.is_dir() else []:
+            try:
+                sweeps.append(read_sweep(path, experiment))
+            except (FileNotFoundError, ConfigError) as error:
+                refused.append(str(error))
+    return sorted(sweeps, key=sweep_rank, reverse=True), refused
+
+
+def best_sweep_dir(outputs: Path, experiment: str) -> Path:
+    """The best sweep of ``experiment`` under ``<outputs>/sweeps/`` (:func:`sweep_rank`)."""
+    sweeps, _ = find_sweeps([outputs], experiment)
+    if not sweeps:
+        raise FileNotFoundError(f"no sweep of {experiment} with a run record under "
+                                f"{Path(outputs) / 'sweeps' / experiment}; run "
+                                f"`python train.py -m +experiment={experiment}` first.")
+    return sweeps[0].path

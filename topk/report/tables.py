@@ -15,7 +15,6 @@ import numpy as np
 import pandas as pd
 
 from topk import paper_results
-from topk.records import latest_sweep_dir
 from topk.report.cells import (
     count_text,
     display,
@@ -28,14 +27,24 @@ from topk.report.cells import (
     summarise_groups,
 )
 from topk.report.render import Table, write_table
-from topk.report.runs import Sweep, column, number, objects, read_history, read_sweep
+from topk.report.runs import (
+    Sweep,
+    best_sweep_dir,
+    column,
+    number,
+    objects,
+    read_history,
+    read_sweep,
+)
+from topk.report.verdicts import CELL_RULE, cell_verdict, half_width
 
-FIELDS = ("ours", "paper", "ours − paper")
+FIELDS = ("ours", "paper", "ours − paper", "verdict")
 OURS_LEGEND = (
     "Each cell: ours = mean ± std (ddof=1) over completed seeds (completed/expected seeds; failed, "
     "interrupted, still-running, value-less and missing runs are counted and left out of the "
     "mean)")
-CELL_LEGEND = OURS_LEGEND + "; paper = the published mean (± its std); ours − paper in {unit}."
+CELL_LEGEND = (OURS_LEGEND + ", and [low, high] its 95 % t-interval; paper = the published mean "
+               "(± its std); ours − paper in {unit}. " + CELL_RULE)
 Source = str | Callable[[pd.DataFrame], pd.Series]
 
 
@@ -321,9 +330,13 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
             continue
         cell = ours.get(key) or summarise_cell([], sweep.seeds)
         value, std = published.get(key, (math.nan, None))
+        std = math.nan if std is None else std
+        half = half_width(cell["std"], cell["n"])
         out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
-                    "metric": metric, **cell, "counts": count_text(cell), "paper": value,
-                    "paper_std": math.nan if std is None else std, "diff": cell["mean"] - value,
+                    "metric": metric, **cell, "ci_low": cell["mean"] - half,
+                    "ci_high": cell["mean"] + half, "counts": count_text(cell), "paper": value,
+                    "paper_std": std, "diff": cell["mean"] - value,
+                    "verdict": cell_verdict(cell["mean"], cell["std"], cell["n"], value, std),
                     "_row": row, "_column": col, "_row_rank": row_rank, "_column_rank": column_rank})
     return pd.DataFrame(out)
 
@@ -337,11 +350,13 @@ def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFra
     texts = {}
     for cell in cells.to_dict("records"):
         counts = cell["counts"]
-        ours = (f"{mean_text(cell['mean'], cell['std'])} ({counts})" if cell["n"]
+        interval = ("" if math.isnan(cell["ci_low"]) else
+                    f" [{fmt(cell['ci_low'])}, {fmt(cell['ci_high'])}]")
+        ours = (f"{mean_text(cell['mean'], cell['std'])}{interval} ({counts})" if cell["n"]
                 else counts if counts == "no run" else f"– ({counts})")
         texts[cell["_row"], cell["_column"], cell["metric"]] = {
             "ours": ours, "paper": mean_text(cell["paper"], cell["paper_std"], missing=""),
-            "ours − paper": fmt(cell["diff"], sign=True, missing="")}
+            "ours − paper": fmt(cell["diff"], sign=True, missing=""), "verdict": cell["verdict"]}
     header, data = [], []
     for (col, _), metric, name in itertools.product(columns, metrics, spec.fields):
         header.append((*map(display, col), *((metric,) if len(metrics) > 1 else ()),
@@ -366,7 +381,8 @@ def shown(cells: pd.DataFrame) -> bool:
 
 def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Path("outputs"),
                 bench_file: Path | None = None) -> Table:
-    """One table from ``sweep_dir`` (default: the newest ``<outputs>/sweeps/<id>/*``), ``b18_speed``
+    """One table from ``sweep_dir`` (default: the best ``<outputs>/sweeps/<id>/*``,
+    :func:`topk.report.runs.sweep_rank`), ``b18_speed``
     from ``bench_file`` (default ``<outputs>/bench/losses.json``); FileNotFoundError or
     ConfigError name what to run or fix. Wide sections: one per metric if the paper splits them."""
     if table_id == "b18_speed":
@@ -376,7 +392,7 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
     if table_id not in TABLES:
         raise ValueError(f"unknown table {table_id!r}; choose one of {', '.join(TABLE_IDS)}")
     spec = TABLES[table_id]
-    sweep = read_sweep(sweep_dir or latest_sweep_dir(outputs, table_id), table_id)
+    sweep = read_sweep(sweep_dir or best_sweep_dir(outputs, table_id), table_id)
     cells = cell_table(spec, sweep)
     metrics = [m for m in spec.metrics if not cells.empty and shown(cells[cells["metric"] == m])]
     cells = cells[cells["metric"].isin(metrics)] if metrics else cells.iloc[0:0]
@@ -391,7 +407,9 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
     preamble = [sweep.header(), legend]
     preamble += [f"Paper: `topk/paper_results/{spec.paper}.csv`."] if spec.paper else []
     tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
-    return Table(spec.id, spec.title, preamble + spec.notes(sweep.runs), sections, tidy)
+    verdicts = [v for v in tidy["verdict"] if v] if "verdict" in tidy.columns else []
+    return Table(spec.id, spec.title, preamble + spec.notes(sweep.runs), sections, tidy,
+                 verdicts=verdicts, sweep=sweep)
 
 
 def make_table(table_id: str, out_dir: Path, **kwargs) -> tuple[Table, dict[str, Path]]:

@@ -26,6 +26,9 @@ img {{ display: block; max-width: 100%; width: {image_width}px; margin: .6em 0 1
            font-weight: 600; vertical-align: middle; white-space: nowrap; }}
 .reproduced {{ background: #d8f0d8; color: #14521b; }}
 .incomplete {{ background: #fbeec8; color: #6b4a00; }}
+.differs {{ background: #f7d9d4; color: #7a1d10; }}
+.deviates {{ background: #f3dcf0; color: #62175a; }}
+.undecided, .ran {{ background: #e6f0e0; color: #3b5530; }}
 .smoke {{ background: #e3e9f7; color: #23407a; }}
 .none {{ background: #eee; color: #555; }}
 .error {{ color: #a00; }}
