@@ -29,7 +29,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("experiment", choices=FIGURE_IDS)
-    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the best one: full scale, faithful to the protocol, most complete, newest records)")
+    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the best one: "
+                        "full scale, faithful to the protocol, most complete, newest records)")
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs", help="where sweeps live")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "figures")
     panel = parser.add_argument_group("s20_cifar panel (S20 Fig. 6: resnet18, mixup, val/top5)")

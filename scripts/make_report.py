@@ -15,6 +15,8 @@ the folder can be copied whole. Exit status 1 if an item could not be built (the
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +24,25 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topk.report.page import build_page  # noqa: E402
+
+README_FIGURES = ("s20_exp1", "s20_exp2", "s20_exp3")
+FULL_SCALE = ("reproduced", "differs", "undecided", "ran")  # the whole protocol ran
+
+
+def copy_readme_figures(page_dir: Path, target: Path) -> None:
+    """The page's S20 synthetic figures (PNG, markdown, CSV) into ``target``: the README shows
+    what the report computed, from the same sweeps; refused unless each ran its whole protocol."""
+    status = json.loads((page_dir / "status.json").read_text())
+    short = [f"{item} ({status[item]['status']})" for item in README_FIGURES
+             if status[item]["status"] not in FULL_SCALE]
+    if short:
+        raise ValueError(f"the README's figures need complete full-scale protocol sweeps, and "
+                         f"{', '.join(short)} lack one; run `make sweeps` first.")
+    target.mkdir(parents=True, exist_ok=True)
+    for item in README_FIGURES:
+        for kind in ("png", "md", "csv"):
+            shutil.copy2(page_dir / "figures" / f"{item}.{kind}", target / f"{item}.{kind}")
+        print(f"copied {item} figure ({status[item]['status']}) to {target}")
 
 
 def main(argv=None) -> int:
@@ -31,9 +52,14 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="page folder (default: <outputs>/report)")
     parser.add_argument("--sweep-dir", type=Path, action="append", default=[],
                         help="show this sweep for its experiment (repeat for several)")
+    parser.add_argument("--readme-figures", type=Path, default=None, metavar="DIR",
+                        help="copy the S20 synthetic figures into DIR (docs/figures), only when "
+                             "the page shows them from complete full-scale protocol sweeps")
     args = parser.parse_args(argv)
     try:
         path, errors = build_page(args.outputs, args.smoke, args.out, args.sweep_dir)
+        if args.readme_figures:
+            copy_readme_figures(path.parent, args.readme_figures)
     except (ValueError, FileNotFoundError) as error:  # a --sweep-dir that is no sweep
         print(f"Error: {error}", file=sys.stderr)
         return 1

@@ -27,7 +27,8 @@ TABLES = TABLE_IDS  # the ids it builds (scripts/smoke.py and tests/test_smoke.p
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", choices=sorted(TABLES))
-    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the best one: full scale, faithful to the protocol, most complete, newest records)")
+    parser.add_argument("--sweep-dir", type=Path, help="sweep directory (default: the best one: "
+                        "full scale, faithful to the protocol, most complete, newest records)")
     parser.add_argument("--outputs", type=Path, default=ROOT / "outputs", help="where sweeps live")
     parser.add_argument("--out", type=Path, default=None, help="default: <outputs>/tables")
     parser.add_argument("--bench-file", type=Path, default=None,

@@ -319,3 +319,17 @@ def test_a_corrupt_record_is_counted_not_fatal(tmp_path):
     (sweep / "99" / "results.json").write_text("[1, 2]")  # valid JSON, not a record
     loaded = load_sweep(sweep, "b18_cifar_noise")
     assert len(loaded.unreadable) == 1 and len(loaded.runs) == 12
+
+
+def test_readme_figures_come_only_from_complete_full_scale_sweeps(tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("make_report", ROOT / "scripts" / "make_report.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out, figures = tmp_path / "outputs", tmp_path / "figures"
+    write_sweep(out / "sweeps" / "s20_exp1" / "a", "s20_exp1", protocol_records("s20_exp1", s20_metrics()))
+    assert script.main(["--outputs", str(out), "--readme-figures", str(figures)]) == 1
+    error = capsys.readouterr().err
+    assert "s20_exp2 (none), s20_exp3 (none) lack one; run `make sweeps` first." in error
+    assert not figures.exists()

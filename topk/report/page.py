@@ -1,5 +1,6 @@
 """The report page: every item of the README's "Paper results" table on one static HTML page
-(``<outputs>/report/index.html``) that travels: the run records it cites are copied beside it.
+(``<outputs>/report/index.html``) that travels: the run records it cites are copied beside it;
+``status.json`` beside it holds each item's status, source and verdict counts.
 
 Per item, every sweep found (``<outputs>/sweeps/<id>/*``, then ``<smoke>/sweeps/<id>/*``) is
 compared with the experiment's protocol (:mod:`topk.report.protocol`) and the best one is shown
@@ -13,6 +14,7 @@ every claim holds), *ran, differs*, *ran, undecided* or *ran* (nothing published
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import shutil
@@ -61,7 +63,7 @@ STATUS = {
     "reproduced": "reproduced", "differs": "ran, differs", "undecided": "ran, undecided",
     "ran": "ran (nothing published to compare)", "incomplete": "protocol incomplete",
     "deviates": "deviates from the protocol", "smoke": "smoke scale (wiring only)",
-    "none": "no runs yet"}
+    "error": "could not be built", "none": "no runs yet"}
 STATUS_MEANING = {
     "reproduced": "the experiment's protocol ran completely, every cell with a published number "
     "agrees and every paper claim holds",
@@ -75,6 +77,7 @@ STATUS_MEANING = {
     "deviates": "the runs differ from the protocol (keys listed) or the sweep was narrowed",
     "smoke": "`+scale=smoke`: one short epoch on tiny data; the wiring ran, the numbers mean "
     "nothing",
+    "error": "its runs were found but building its tables or figures failed; the error is shown",
     "none": "no sweep found; the command to run is named"}
 SMOKE_BENCH = ("Smoke scale (`make smoke`): the quick loss benchmark (n = 1000 only, short "
                "timings); `make bench-losses` runs the full one.")
@@ -103,6 +106,8 @@ class Item:
     def status(self) -> str:
         if self.source is None:
             return "none"
+        if self.errors:
+            return "error"
         if self.sweep is None:  # the loss benchmark: speed on this hardware, no verdict
             return "smoke" if self.smoke_bench else "ran"
         fidelity = self.sweep.fidelity
@@ -110,7 +115,7 @@ class Item:
             return "smoke"
         if not fidelity.faithful:
             return "deviates"
-        if fidelity.completed_jobs(self.sweep.runs) < fidelity.expected or self.errors:
+        if fidelity.completed_jobs(self.sweep.runs) < fidelity.expected:
             return "incomplete"
         if any(v in (DIFFERS, FAILS) for v in self.verdicts):
             return "differs"
@@ -149,7 +154,8 @@ def html_table(frame: pd.DataFrame, index: bool = True, floatfmt: str | None = N
     if index and frame.index.nlevels == 1 and frame.index.name:
         frame = frame.rename_axis(None).rename_axis(
             columns=[None] * (frame.columns.nlevels - 1) + [frame.index.name])
-    formatter = (lambda value: format(value, floatfmt)) if floatfmt else None
+    formatter = ((lambda value: format(value, floatfmt) if isinstance(value, float) else value)
+                 if floatfmt else None)
     greyed = [c for c in frame.columns if (c[-1] if isinstance(c, tuple) else c) in grey]
     if not greyed:
         return frame.to_html(index=index, border=0, na_rep="", escape=True, float_format=formatter)
@@ -376,6 +382,10 @@ def build_page(outputs: Path, smoke: Path | None = None, page_dir: Path | None =
     path = page_dir / "index.html"
     path.write_text(PAGE.format(title="Top-k losses: reproduction report", image_width=760,
                                 body="\n".join(body)))
+    (page_dir / "status.json").write_text(json.dumps(
+        {item.id: {"status": item.status, "source": None if item.source is None else
+                   str(item.source), "verdicts": dict(Counter(item.verdicts))} for item in items},
+        indent=2) + "\n")
     return path, [f"{item.id}: {error}" for item in items for error in item.errors]
 
 

@@ -61,7 +61,7 @@ def shown(value) -> str:
         return "[" + ", ".join(map(shown, value)) + "]"
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:g}"
-    return str(value)
+    return "null" if value is None else str(value)
 
 
 def expand(sweep: Mapping[str, str]) -> list[tuple[tuple[str, object], ...]]:
