@@ -218,6 +218,10 @@ def test_s20_cifar_means_counts_and_smallest_k_reaching_99(s20_cifar_sweep, tmp_
     assert "model = resnet18, augment = mixup, models selected by val/top5 (5 runs)" in markdown
     assert "| top-5 transition | 2/10 seeds, 8 missing |" in markdown
     assert "k = 25" in markdown and "> 30" in markdown  # S20's numbers beside ours
+    # S20's two claims with a verdict each: transition reaches 99 % at k = 24 (25 ± 3), CE never
+    assert "| CE best for k<=2; top-5 transition best for k>=3" in markdown
+    assert "| top-5 transition reaches 99% top-k accuracy at k=25; CE needs k=33 |" in markdown
+    assert "all 2 comparisons hold" in markdown
     assert "1 failed" in markdown
 
 
@@ -259,6 +263,9 @@ def g22_time_sweep(tmp_path):
 def test_g22_time_ratios_to_the_sweeps_ce_and_the_papers_points(g22_time_sweep, tmp_path):
     files = make_figure("g22_time", g22_time_sweep, tmp_path / "figures")
     table, markdown = check_files(files)
+    # one smooth SVM run per K: its growth with K has no interval, so G22's claim is undecided
+    assert "smooth_svm ratio at K = 10 − at K = 5 = +1.00, 1 seed (undecided)" in markdown
+    assert "| undecided |" in markdown
     ours, paper = table[table["source"] == "ours"], table[table["source"] == "paper"]
     assert point(ours, line="smooth_svm", k=5)["ratio_to_ce_mean"] == pytest.approx(2.0)
     assert point(ours, line="smooth_svm", k=10)["ratio_to_ce_mean"] == pytest.approx(3.0)
@@ -328,6 +335,9 @@ def test_b18_tau_training_error_per_epoch_and_table_6(b18_tau_sweep, tmp_path):
     assert "| 0.1 | 0/1 seeds, 1 failed | – | – | – | 99.73 | 0.27 | – |" in markdown
     assert "| 100 | no run |" in markdown
     assert "random predictions" in markdown
+    # B18's claim, read as thresholds on the last training top-5 accuracy: τ = 0.01 ends at 90 %
+    assert "| does not hold |" in markdown
+    assert "τ = 0.01 last training top-5 accuracy = 90.00, 1 seed (does not hold)" in markdown
 
 
 def test_make_figures_script_new_ids_and_missing_sweep(b18_tau_sweep, tmp_path, capsys):

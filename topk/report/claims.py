@@ -35,13 +35,15 @@ class Comparison:
     difference: float = math.nan  # mean A − B (or the value compared with a threshold)
     half: float = math.nan  # its 95 % half-width
     n: int = 0
+    signed: bool = True  # a difference (+1.00), not a value compared with a bound (99.00)
 
     def text(self) -> str:
         if math.isnan(self.difference):
             return f"{self.label}: no value ({self.verdict})"
         spread = "" if math.isnan(self.half) else f" ± {self.half:.2f}"
         seeds = f", {self.n} seed{'s' * (self.n != 1)}" if self.n else ""
-        return f"{self.label} = {self.difference:+.2f}{spread}{seeds} ({self.verdict})"
+        value = f"{self.difference:{'+' if self.signed else ''}.2f}"
+        return f"{self.label} = {value}{spread}{seeds} ({self.verdict})"
 
 
 def compare(label: str, a: pd.Series, b: pd.Series, how: Callable = beats) -> Comparison:
@@ -67,7 +69,7 @@ def threshold(label: str, values: pd.Series, low: float | None = None,
         return Comparison(label, UNDECIDED)
     mean = float(values.mean())
     inside = (low is None or mean >= low) and (high is None or mean <= high)
-    return Comparison(label, HOLDS if inside else FAILS, mean, math.nan, len(values))
+    return Comparison(label, HOLDS if inside else FAILS, mean, math.nan, len(values), signed=False)
 
 
 def evidence(comparisons: list[Comparison]) -> str:
