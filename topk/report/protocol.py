@@ -87,6 +87,10 @@ def _compose(overrides: tuple[str, ...], hydra_node: bool = False):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
+    if not CONF.is_dir():
+        raise FileNotFoundError(f"the experiments' protocols are composed from {CONF}, which is "
+                                "missing; build the report from a checkout of the repository.")
+
     OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None
                                     else value, replace=True)  # as train.py does
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
