@@ -240,7 +240,7 @@ def test_a_smoke_sweep_in_the_full_scale_folder_is_smoke(tmp_path):
                 command_line=["+scale=smoke"], sweeper={**protocol("s20_exp1").sweep, "seed": "0"})
     path, _ = build_page(out)
     assert Page(path.read_text()).status["s20_exp1"] == "smoke"
-    assert "color: #aaa" not in section(path.read_text(), "s20_exp1")  # a figure item: no diff column
+    assert "color: #aaa" in section(path.read_text(), "s20_exp1")  # its claims' verdicts greyed out
 
 
 def test_the_best_sweep_is_chosen_by_completeness_and_record_times_not_names(tmp_path):
