@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from hydra.core.global_hydra import GlobalHydra
 
 from conftest import CONF, ROOT, run_cli
@@ -218,6 +219,29 @@ def test_corrupt_checkpoint_is_one_sentence_and_the_record_stays(tmp_path):
     code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true"])
     assert_one_sentence(code, stderr, 1, r"checkpoint .* cannot be read .* delete it")
     assert snapshot(run_dir) == files
+
+
+class _RunsCode:
+    """Unpickling it would create a file: what a hostile checkpoint could do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_a_checkpoint_holding_code_is_refused_and_never_run(tmp_path):
+    """Checkpoints load with weights_only=True: resuming someone else's run cannot execute code."""
+    run_dir, marker = tmp_path / "run", tmp_path / "code_ran"
+    assert run_main([f"hydra.run.dir={run_dir}"])[0] == 0
+    checkpoint = torch.load(run_dir / "checkpoints" / "last.pt", weights_only=True)
+    torch.save({**checkpoint, "history": _RunsCode(marker)}, run_dir / "checkpoints" / "last.pt")
+    files = snapshot(run_dir)
+    code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true"])
+    assert_one_sentence(code, stderr, 1, r"checkpoint .* holds Python objects other than tensors "
+                        r"and plain data, which are not loaded because unpickling them could run code")
+    assert not marker.exists() and snapshot(run_dir) == files
 
 
 def test_non_finite_weights_fail_the_run_with_strict_json(tmp_path):

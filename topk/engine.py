@@ -29,6 +29,7 @@ import copy
 import logging
 import math
 import os
+import pickle
 import signal
 import statistics
 import threading
@@ -500,9 +501,22 @@ def _atomic_save(obj, path: Path) -> None:
 
 
 def load_checkpoint(path: Path) -> dict:
-    """Read a checkpoint written by :func:`fit`, with a clear error if it is unusable."""
+    """Read a checkpoint written by :func:`fit`, with a clear error if it is unusable.
+
+    Loaded with ``weights_only=True``: a checkpoint holds tensors and plain data only (numbers,
+    strings, lists, dicts, the schedule's ``Counter``), so one from someone else's run directory
+    cannot run code when resumed; a file that pickles anything else is refused."""
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "allowed global" not in str(error):  # not a pickle at all: as any unreadable file
+            raise CheckpointError(f"checkpoint {path} cannot be read (UnpicklingError); delete it "
+                                  "to train from scratch, or resume from another run directory.") from error
+        raise CheckpointError(
+            f"checkpoint {path} holds Python objects other than tensors and plain data, which are "
+            "not loaded because unpickling them could run code; resume only from checkpoints "
+            "written by topk, or delete it to train from scratch."
+        ) from error
     except Exception as error:  # torch raises several types for a truncated or foreign file
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({type(error).__name__}); delete it to train "
