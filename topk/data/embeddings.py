@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from topk.data.splits import DataSplits, TensorSplit
+from topk.data.splits import DataSplits, TensorSplit, refuse_untrained_classes
 from topk.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -100,4 +100,9 @@ def embeddings(seed: int, root: str = "data/embeddings", val_size: int = 0,
     if int(labels.min()) < 0 or int(labels.max()) >= classes:
         raise ConfigError(f"labels must lie in 0 … {classes - 1}; these embeddings have labels from "
                           f"{int(labels.min())} to {int(labels.max())} (set dataset.num_classes).")
-    return DataSplits(splits["train"], splits.get("val"), splits["test"], classes)
+    trained_from = f"{files['train']}" + (" (less the held-out validation rows)" if val_size else "")
+    refuse_untrained_classes(splits["train"].y, classes, trained_from)
+    sources = {split: str(path) for split, path in files.items() if path}
+    if val_size:
+        sources["val"] = f"{files['train']} (held out)"
+    return DataSplits(splits["train"], splits.get("val"), splits["test"], classes, sources=sources)

@@ -27,7 +27,7 @@ from topk.data.images import (
     list_image_folder,
     where_expected,
 )
-from topk.data.splits import balanced_subset
+from topk.data.splits import balanced_subset, refuse_untrained_classes
 from topk.errors import ConfigError
 
 ARCHIVES = ("ILSVRC2012_devkit_t12.tar.gz", "ILSVRC2012_img_train.tar", "ILSVRC2012_img_val.tar")
@@ -131,10 +131,12 @@ def imagenet(
             )
         per_class = train_size // num_classes
         train = rest.subset(balanced_subset(rest.y, per_class, generator, "dataset.train_size"))
+    refuse_untrained_classes(train.y, num_classes, f"the training folder {train_dir}", wnids)
     if check_images:
         check_image_files([train, val, test])
     return ImageFileSplits(
         train=train, val=val, test=test, num_classes=num_classes,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
         ten_crop=ten_crop, marginal_k=marginal_k, class_names=_class_names(root, wnids),
+        sources={"train": str(train_dir), "val": f"{train_dir} (held out)", "test": str(test_dir)},
     )

@@ -24,6 +24,7 @@ from topk.data.images import (
     check_image_files,
     where_expected,
 )
+from topk.data.splits import refuse_untrained_classes
 from topk.errors import ConfigError
 
 LIST_FILES = {name: f"ImageNet_LT_{name}.txt" for name in ("train", "val", "test")}
@@ -95,6 +96,7 @@ def imagenet_lt(
     if not len(train_labels) or int(train_labels.min()) < 0:
         raise ConfigError(f"{lists_root / LIST_FILES['train']} lists no image or a negative label; {_WHERE}.")
     num_classes = int(train_labels.max()) + 1
+    refuse_untrained_classes(train_labels, num_classes, str(lists_root / LIST_FILES["train"]))
     counts = torch.bincount(train_labels, minlength=num_classes)
     for name in ("val", "test"):
         labels = splits[name].y
@@ -111,4 +113,5 @@ def imagenet_lt(
         train=splits["train"], val=splits["val"], test=splits["test"], num_classes=num_classes,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
         class_groups=shot_groups(counts),
+        sources={name: str(lists_root / file) for name, file in LIST_FILES.items()},
     )

@@ -21,6 +21,7 @@ from topk.data.images import (
     list_image_folder,
     where_expected,
 )
+from topk.data.splits import refuse_untrained_classes
 from topk.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -66,6 +67,8 @@ def plantnet(
         )
         for name, folder in folders.items()
     }
+    refuse_untrained_classes(splits["train"].y, len(species), f"the training folder {folders['train']}",
+                             species)
     if check_images:
         check_image_files(list(splits.values()))
     names = []
@@ -75,5 +78,5 @@ def plantnet(
     return ImageFileSplits(
         train=splits["train"], val=splits["val"], test=splits["test"], num_classes=len(species),
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        class_names=names,
+        class_names=names, sources={name: str(folder) for name, folder in folders.items()},
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -43,6 +43,23 @@ class DataSplits:
     mean: tuple[float, ...] | None = None
     std: tuple[float, ...] | None = None
     class_groups: dict[str, list[int]] | None = None
+    sources: dict[str, str] = field(default_factory=dict)  # split -> where it was read from
+
+    def __post_init__(self):
+        """The checks every data set gets, wherever it was read: no split is empty (an empty
+        evaluation split would be reported as 0 %, an empty validation split would always select
+        epoch 1) and no in-memory feature is NaN or infinite."""
+        for name in ("train", "val", "test"):
+            split = getattr(self, name)
+            if split is None:
+                continue
+            where = f" read from {self.sources[name]}" if name in self.sources else ""
+            if len(split) == 0:
+                raise ConfigError(f"the {name} split{where} holds no samples; give it samples "
+                                  "(or, for val, choose a data set configuration without one).")
+            if isinstance(split, TensorSplit) and not all_finite(split.x):
+                raise ConfigError(f"the {name} split{where} holds NaN or infinite features; "
+                                  "fix the data (or the data set's parameters) before training.")
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -99,3 +116,27 @@ def stratified_indices(labels: torch.Tensor, count: int, seed: int) -> torch.Ten
     turn = torch.randperm(len(counts), generator=generator)[classes]  # the class's place in each round
     round_robin = by_class[torch.argsort(rank * len(counts) + turn)]
     return torch.sort(round_robin[:count]).values
+
+
+def all_finite(x: torch.Tensor, chunk_rows: int = 65536) -> bool:
+    """Whether every value of ``x`` is finite (integer tensors always are), checked a chunk of
+    rows at a time so that a large feature matrix needs no second copy of itself."""
+    if not x.is_floating_point():
+        return True
+    return all(bool(torch.isfinite(part).all()) for part in torch.split(x, chunk_rows))
+
+
+def refuse_untrained_classes(labels: torch.Tensor, num_classes: int, where: str,
+                             names: list[str] | None = None) -> None:
+    """One sentence if a class that the data set defines from its files (a class folder, a
+    label) has no training sample: it could never be learnt and would only lower every
+    accuracy, so the run stops naming the classes and where the training data was read."""
+    counts = torch.bincount(labels, minlength=num_classes)[:num_classes]
+    missing = torch.nonzero(counts == 0).flatten().tolist()
+    if not missing:
+        return
+    shown = ", ".join(names[c] if names else str(c) for c in missing[:5])
+    raise ConfigError(
+        f"{where} has no training sample of {len(missing)} of its {num_classes} classes "
+        f"({shown}{', ...' if len(missing) > 5 else ''}); a class without training data cannot be "
+        "learnt: give it training samples or remove it from every split.")
