@@ -62,6 +62,7 @@ from topk.records import (
 )
 from topk.run_dir import (
     KEPT_CHECKPOINTS,
+    acquire_lock,
     check_run_dir,
     claim,
     finished_without_checkpoint,
@@ -393,9 +394,11 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``.
 
     The run directory must hold no other run, or be resumed with the configuration its checkpoint
-    remembers (:mod:`topk.run_dir`); a refused run writes nothing. Under torchrun every process
-    runs this; the run directory is rank 0's (the others' Hydra output went to a scratch
-    directory, see :func:`topk.distributed.worker_argv`), and only rank 0 writes in it.
+    remembers (:mod:`topk.run_dir`); a refused run writes nothing. While the run is on,
+    ``run.lock`` in its directory says so (:class:`topk.run_dir.RunLock`), removed however it
+    ends. Under torchrun every process runs this; the run directory is rank 0's (the others'
+    Hydra output went to a scratch directory, see :func:`topk.distributed.worker_argv`), and only
+    rank 0 writes in it and holds its lock.
     """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
@@ -403,10 +406,31 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
     record = base_record(cfg, hydra_cfg.runtime.choices, run_provenance)
     resume = bool(cfg.trainer.resume)
-    finished = False  # a completed run resumed after its last.pt was pruned: nothing to train
+    lock = None
     if distributed.is_main:
         check_output_dir(run_dir)
-        check_run_dir(run_dir, record["params"], resume, in_sweep=hydra_cfg.mode == RunMode.MULTIRUN)
+        check_run_dir(run_dir, record["params"], resume, in_sweep=hydra_cfg.mode == RunMode.MULTIRUN,
+                      written_by_hydra=written_by_hydra(hydra_cfg))
+        lock = acquire_lock(run_dir)
+    try:
+        return train_locked(cfg, run_dir, record, distributed, on_epoch_end)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def written_by_hydra(hydra_cfg) -> list[str]:
+    """What Hydra wrote in the job's directory before :func:`train` runs: its output folder
+    (``.hydra``) and the job's log (``train.log``)."""
+    names = [f"{hydra_cfg.job.name}.log"]
+    return [hydra_cfg.output_subdir, *names] if hydra_cfg.get("output_subdir") else names
+
+
+def train_locked(cfg: DictConfig, run_dir: Path, record: dict, distributed, on_epoch_end) -> dict:
+    """:func:`train` once the run directory is checked (and, on rank 0, locked)."""
+    resume = bool(cfg.trainer.resume)
+    finished = False  # a completed run resumed after its last.pt was pruned: nothing to train
+    if distributed.is_main:
         finished = resume and finished_without_checkpoint(run_dir)
         if not resume:
             claim(run_dir)

@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 import torch
-
 from image_data import write_imagenet, write_imagenet_lt, write_plantnet
+
 from topk.data.embeddings import embeddings
 from topk.data.fixtures import write_embeddings
 from topk.data.imagenet import imagenet

@@ -44,7 +44,7 @@ from tqdm import tqdm
 
 from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
-from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
+from topk.errors import CheckpointError, ConfigError, NonFiniteLossError, RunRefused
 from topk.functional import topk_marginals
 from topk.metrics import (
     AverageKAccumulator,
@@ -552,6 +552,52 @@ def restore_rng(checkpoint: dict, distributed: Distributed) -> None:
         torch.manual_seed(int(torch.randint(2**62, ())) + distributed.rank)
 
 
+def check_resume_epochs(run_dir: Path, checkpoint_epoch: int, epochs: int) -> None:
+    """Refuse, in one sentence, to resume a run whose checkpoint is past ``epochs``: the run would
+    "complete" with fewer epochs than it trained."""
+    if checkpoint_epoch > epochs:
+        raise RunRefused(
+            f"cannot resume {run_dir} with trainer.epochs={epochs}: its checkpoint is already at "
+            f"epoch {checkpoint_epoch}; resume with trainer.epochs={checkpoint_epoch} or more, or "
+            "start a new run in another directory."
+        )
+
+
+def _unusable(error: CheckpointError) -> str:
+    """Why :func:`load_checkpoint` refused a file, in a few words."""
+    cause = error.__cause__
+    if isinstance(cause, pickle.UnpicklingError) and "allowed global" in str(cause):
+        return "holds Python objects other than tensors and plain data (not loaded: unpickling them could run code)"
+    return f"cannot be read ({type(cause).__name__})" if cause is not None else "was not written by this version of topk"
+
+
+def selected_weights(path: Path, checkpoint: dict, note: Callable[..., None] = log.warning) -> dict | None:
+    """The weights of the epoch selected so far (``checkpoint["best_epoch"]``, ``None`` before
+    any): ``best.pt``'s (``path``). When ``best.pt`` is missing or unusable they are ``last.pt``'s
+    own if the selected epoch is the checkpoint's (``note`` says so); if it is an earlier epoch
+    no file holds them any more, and resuming is refused: a later epoch must not stand in for
+    the one the selection metric chose."""
+    best_epoch, epoch = checkpoint.get("best_epoch"), checkpoint.get("epoch")
+    if best_epoch is None:
+        return None
+    problem = "is missing"
+    if path.exists():
+        try:
+            return load_checkpoint(path)["model"]
+        except CheckpointError as error:
+            problem = _unusable(error)
+    if best_epoch == epoch:
+        note("%s %s: the selected epoch %d is the checkpoint's own, whose weights in %s are used",
+             path, problem, epoch, path.with_name("last.pt"))
+        return checkpoint["model"]
+    deleting = "" if problem == "is missing" else " (deleting it does not make the run resumable)"
+    raise CheckpointError(
+        f"cannot resume {path.parent.parent}: {path}, the weights of epoch {best_epoch} that the "
+        f"selection metric chose, {problem}, and no other file holds them; put back a good copy of "
+        f"best.pt, or start a new run in another directory{deleting}."
+    )
+
+
 class Checkpoints:
     """A run's ``checkpoints/last.pt`` (what a resume needs, and the run's flat ``config``, which
     :mod:`topk.run_dir` compares with a resume's), ``checkpoints/best.pt`` (the selected model)
@@ -580,7 +626,7 @@ class Checkpoints:
         self.precision.load_state_dict(checkpoint.get("grad_scaler", {}))
         self.scheduler.load_state_dict(checkpoint["scheduler"])
         restore_rng(checkpoint, self.distributed)
-        best_state = load_checkpoint(self.best)["model"] if self.best.exists() else None
+        best_state = selected_weights(self.best, checkpoint)
         best = BestModel(state.best.metric, checkpoint["best_epoch"], checkpoint["best_value"], best_state)
         self.saved_epoch = checkpoint["epoch"]
         log.info("resumed from %s after epoch %d", self.last, self.saved_epoch)
@@ -663,6 +709,7 @@ def fit(
     checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config)
     state = TrainingState(BestModel(settings.selection_metric))
     state = checkpoints.restore(state) if settings.resume else state
+    check_resume_epochs(run_dir, state.epoch, settings.epochs)
     tensorboard = open_tensorboard(run_dir, settings, distributed, state.epoch)
     progress = progress_bar(settings, state.epoch, distributed)
     try:

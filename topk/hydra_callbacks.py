@@ -7,6 +7,7 @@ library itself stays usable without Hydra.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -16,7 +17,13 @@ from omegaconf import DictConfig
 
 from topk.distributed import from_environment
 from topk.errors import TopkError
-from topk.run_dir import check_run_dir, mark_stopped_runs, run_params, unwritable_reason
+from topk.run_dir import (
+    check_run_dir,
+    mark_stopped_runs,
+    record_status,
+    run_params,
+    unwritable_reason,
+)
 
 # The sweep directory of the sweep this process launched, for :func:`close_interrupted_sweep`.
 _sweep_dirs: list[Path] = []
@@ -60,10 +67,38 @@ def take_refused_runs(sweep_dir: Path) -> list[Path]:
     return run_dirs
 
 
-def hydra_files(sweep_dir: Path) -> dict[Path, bytes]:
-    """The ``.hydra/*.yaml`` files of every run below ``sweep_dir``. Hydra rewrites them for each
-    job of a resumed sweep before the job can be checked; a refused job gets its own back."""
-    return {path: path.read_bytes() for path in Path(sweep_dir).rglob("*.yaml") if path.parent.name == ".hydra"}
+def hydra_files(sweep_dir: Path, log_name: str = "train.log") -> dict[Path, bytes | int]:
+    """What Hydra rewrites in each job's directory below ``sweep_dir`` before the job can be
+    checked: the ``.hydra/*.yaml`` files (their bytes) and the log ``log_name`` it appends to
+    (its size). A refused job gets them back as they were (:func:`put_back_hydra_files`)."""
+    if not Path(sweep_dir).is_dir():
+        return {}
+    kept: dict[Path, bytes | int] = {
+        path: path.read_bytes() for path in Path(sweep_dir).rglob("*.yaml") if path.parent.name == ".hydra"
+    }
+    kept.update({path: path.stat().st_size for path in Path(sweep_dir).rglob(log_name) if path.is_file()})
+    return kept
+
+
+def put_back_hydra_files(run_dir: Path, kept: dict[Path, bytes | int], log_name: str = "train.log") -> None:
+    """Leave the directory of a refused job as it was before the sweep (:func:`hydra_files`):
+    the ``.hydra/`` files it held put back, those Hydra created removed, and its log removed if
+    Hydra created it, or cut back to its earlier length if the directory holds no run of ours
+    (a run's own log keeps the refused job's lines: that run may be writing to it still)."""
+    run_dir = Path(run_dir)
+    hydra_dir = run_dir / ".hydra"
+    for path in sorted(hydra_dir.glob("*.yaml")) if hydra_dir.is_dir() else []:
+        if path in kept:
+            path.write_bytes(kept[path])
+        else:
+            path.unlink()
+    if hydra_dir.is_dir() and not any(hydra_dir.iterdir()):
+        hydra_dir.rmdir()
+    log = run_dir / log_name
+    if log.is_file() and log not in kept:
+        log.unlink()
+    elif log.is_file() and record_status(run_dir) is None:
+        os.truncate(log, kept[log])
 
 
 def close_interrupted_sweep() -> None:
@@ -79,10 +114,12 @@ class CheckOutputDir(Callback):
     - The directory must be writable (found by trying: as root, ``os.access`` says yes even for
       ``/proc``); Hydra would otherwise fail deep inside ``mkdir`` with a traceback.
     - A single run's directory must hold no other run unless it is resumed, with the same
-      training configuration (:func:`topk.run_dir.check_run_dir`); a sweep's directory must hold
-      no runs unless the sweep is resumed (each job is then checked like a single run). Checking
-      here, before Hydra rewrites ``.hydra/`` and appends to ``train.log``, leaves a refused
-      directory exactly as it was.
+      training configuration, no files of someone else's and no run still training
+      (:func:`topk.run_dir.check_run_dir`); a sweep's directory must hold no runs unless the
+      sweep is resumed (each job is then checked like a single run), and a resumed sweep's
+      directory must exist. Checking here, before Hydra rewrites ``.hydra/`` and appends to
+      ``train.log``, leaves a refused directory exactly as it was; a sweep's refused jobs get
+      their ``.hydra/`` files and ``train.log`` back as they were at the sweep's end.
     - At the end of a sweep, one line counts its runs by status and the refused jobs
       (:func:`note_refused_run`); the sweep exits with 1 if any run failed, was refused or ended
       still marked ``running``.
@@ -91,8 +128,9 @@ class CheckOutputDir(Callback):
     directory (:func:`topk.distributed.worker_argv`).
     """
 
-    # A resumed sweep's .hydra/ files as they were at its start (replaced in on_multirun_start)
-    kept_hydra_files: dict[Path, bytes] = {}
+    # The sweep's .hydra/ files and log sizes as they were at its start (set in on_multirun_start)
+    kept_hydra_files: dict[Path, bytes | int] = {}
+    log_name = "train.log"
 
     def _check_writable(self, directory: Path, option: str) -> None:
         reason = unwritable_reason(directory)
@@ -118,9 +156,13 @@ class CheckOutputDir(Callback):
         if held and not config.trainer.resume:
             _stop(f"{sweep_dir} already holds {_runs(held)}; continue them with trainer.resume=true, "
                   "or choose another directory with hydra.sweep.dir=PATH (nothing was changed in it).")
+        if config.trainer.resume and not sweep_dir.exists():
+            _stop(f"trainer.resume=true but the sweep directory {sweep_dir} does not exist; give the "
+                  "directory of the sweep to continue with hydra.sweep.dir=PATH, or leave out trainer.resume.")
         self._check_writable(sweep_dir, "hydra.sweep.dir")
         take_refused_runs(sweep_dir)  # notes a stopped sweep left behind
-        self.kept_hydra_files = hydra_files(sweep_dir) if config.trainer.resume else {}
+        self.log_name = f"{config.hydra.job.name}.log"
+        self.kept_hydra_files = hydra_files(sweep_dir, self.log_name)
         _sweep_dirs.append(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
@@ -128,9 +170,8 @@ class CheckOutputDir(Callback):
             return
         sweep_dir = Path(config.hydra.sweep.dir)
         statuses, refused_dirs = sweep_statuses(sweep_dir), take_refused_runs(sweep_dir)
-        for path, content in self.kept_hydra_files.items():
-            if path.parent.parent in refused_dirs:
-                path.write_bytes(content)
+        for run_dir in refused_dirs:
+            put_back_hydra_files(run_dir, self.kept_hydra_files, self.log_name)
         refused = len(refused_dirs)
         counts = [f"{count} {status}" for status, count in sorted(statuses.items())]
         counts += [f"{refused} refused"] if refused else []

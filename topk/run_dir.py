@@ -13,18 +13,31 @@
 - A completed run may keep fewer checkpoints (``trainer.keep_checkpoints``: ``best`` drops
   ``last.pt``, ``none`` both): resuming it keeps its record as it is, and refuses another training
   configuration or more epochs (nothing is left to continue from).
+- A directory that is not empty but holds no run of ours (no ``results.json``) holds someone's
+  files: it is refused, new run or resume, and the refusal names a few of them. Only the files
+  Hydra wrote for this very job (``written_by_hydra``: ``.hydra/`` and ``train.log``) and a
+  stale ``run.lock`` do not count.
+- A run holds ``run.lock`` (its pid and host, :class:`RunLock`) from the moment it claims or
+  resumes the directory until it ends, however it ends. A second writer is refused while that
+  process lives; a lock whose process is gone (on this host) is taken over with a log line; one
+  written on another host cannot be checked and is refused until the user deletes it.
+- A resume is refused when ``trainer.epochs`` is below the checkpoint's epoch, and when the
+  weights of the selected epoch (``best.pt``) are gone and that epoch is earlier than the
+  checkpoint's (:func:`topk.engine.selected_weights`).
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import os
+import socket
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from topk.engine import load_checkpoint
+from topk.engine import check_resume_epochs, load_checkpoint, selected_weights
 from topk.errors import RunRefused
 from topk.records import flatten, utc_now, write_json_atomic
 
@@ -81,8 +94,12 @@ def record_status(run_dir: Path) -> str | None:
 
 
 def held_run(run_dir: Path) -> str | None:
-    """A few words on the run ``run_dir`` holds, or ``None`` if it holds none."""
+    """A few words on the run ``run_dir`` holds, or ``None`` if it holds none. Called once no live
+    process holds the directory (:func:`check_lock`): a run still ``running`` there was stopped
+    before it could write its end."""
     status = record_status(run_dir)
+    if status == "running":
+        return "a run marked running whose process has stopped (it ended before writing its status)"
     if status is not None:
         return f"a {status} run" if " " not in status else f"a run with an {status}"
     if (Path(run_dir) / "checkpoints" / "last.pt").exists():
@@ -90,10 +107,13 @@ def held_run(run_dir: Path) -> str | None:
     return None
 
 
-def remembered_params(run_dir: Path) -> dict:
-    """The configuration the run in ``run_dir`` trained with: its checkpoint's, else its record's."""
-    checkpoint = Path(run_dir) / "checkpoints" / "last.pt"
-    config = load_checkpoint(checkpoint).get("config") if checkpoint.exists() else None
+def remembered_params(run_dir: Path, checkpoint: dict | None = None) -> dict:
+    """The configuration the run in ``run_dir`` trained with: its checkpoint's (``checkpoint``,
+    else ``last.pt`` read here), else its record's."""
+    path = Path(run_dir) / "checkpoints" / "last.pt"
+    if checkpoint is None and path.exists():
+        checkpoint = load_checkpoint(path)
+    config = checkpoint.get("config") if checkpoint is not None else None
     if config is None and (Path(run_dir) / "results.json").exists():
         config = json.loads((Path(run_dir) / "results.json").read_text()).get("params")
     return config or {}
@@ -120,20 +140,164 @@ def prune_checkpoints(run_dir: Path, keep: str) -> None:
         directory.rmdir()
 
 
+# --- run.lock ---------------------------------------------------------------------------------
+
+LOCK_NAME = "run.lock"
+
+
+def _this_host() -> str:
+    return socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (a zombie still does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    except (OverflowError, ValueError):
+        return False
+    return True
+
+
+def lock_holder(run_dir: Path) -> dict | None:
+    """What ``run_dir``'s ``run.lock`` says (``pid``, ``host``, ``started_utc``), ``None``
+    without one; :class:`~topk.errors.RunRefused` for a lock that cannot be read."""
+    path = Path(run_dir) / LOCK_NAME
+    try:
+        holder = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except (OSError, ValueError):
+        holder = None
+    if not isinstance(holder, dict) or not isinstance(holder.get("pid"), int) or not isinstance(holder.get("host"), str):
+        raise RunRefused(
+            f"{path} cannot be read, so whether a run is still training in {run_dir} cannot be "
+            "told; if none is, delete that file and run again (nothing was changed in the directory)."
+        )
+    return holder
+
+
+def check_lock(run_dir: Path) -> dict | None:
+    """Refuse, in one sentence, a second writer into ``run_dir`` while the run holding its
+    ``run.lock`` may still be training; returns the holder of a stale lock (its process is gone
+    from this host), or ``None`` without a lock."""
+    holder = lock_holder(run_dir)
+    if holder is None:
+        return None
+    pid, host = holder["pid"], holder["host"]
+    if host != _this_host():
+        raise RunRefused(
+            f"{run_dir} is locked by a run of pid {pid} on host {host}, which cannot be checked from "
+            f"{_this_host()}; wait for that run to end, or if it is dead delete "
+            f"{Path(run_dir) / LOCK_NAME} and run again (nothing was changed in the directory)."
+        )
+    if _alive(pid):
+        raise RunRefused(
+            f"{run_dir} holds a run that is still training (pid {pid} on host {host}); wait for it "
+            f"to end, or stop it (kill {pid}), before starting or resuming a run there (nothing was "
+            "changed in the directory)."
+        )
+    return holder
+
+
+class RunLock:
+    """``run.lock`` held by this process: created exclusively with its content (written to a
+    temporary file first, then hard-linked into place, so that no reader sees it half written),
+    removed by :meth:`release` if it is still this process's."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / LOCK_NAME
+        self.content = json.dumps({"pid": os.getpid(), "host": _this_host(), "started_utc": utc_now()})
+        self.held = False
+
+    def acquire(self) -> RunLock:
+        """Take the lock, or raise :class:`~topk.errors.RunRefused` (:func:`check_lock`). A stale
+        lock is taken over, with a log line."""
+        temporary = self.path.with_name(f"{LOCK_NAME}.{os.getpid()}.tmp")
+        temporary.write_text(self.content)
+        try:
+            for _ in range(2):
+                try:
+                    os.link(temporary, self.path)
+                    self.held = True
+                    return self
+                except FileExistsError:
+                    stale = check_lock(self.path.parent)
+                    if stale is None:
+                        continue  # released meanwhile
+                    log.warning("%s names pid %d on %s, which is no longer running: the lock is taken over",
+                                self.path, stale["pid"], stale["host"])
+                    if lock_holder(self.path.parent) == stale:
+                        self.path.unlink(missing_ok=True)
+            check_lock(self.path.parent)
+            raise RunRefused(f"{self.path} is being taken by another run at this moment; run again.")
+        finally:
+            temporary.unlink(missing_ok=True)
+
+    def release(self) -> None:
+        """Remove the lock, unless another process has taken it over since."""
+        if not self.held:
+            return
+        self.held = False
+        try:
+            if self.path.read_text() == self.content:
+                self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def acquire_lock(run_dir: Path) -> RunLock:
+    """This process's :class:`RunLock` on ``run_dir`` (see :meth:`RunLock.acquire`)."""
+    return RunLock(run_dir).acquire()
+
+
+# --- what a directory holds ------------------------------------------------------------------
+
+def foreign_entries(run_dir: Path, written_by_hydra: Iterable[str] = ()) -> list[str]:
+    """The entries of ``run_dir`` (``name/`` for a folder), but for ``run.lock`` and the files
+    Hydra wrote for this very job (``written_by_hydra``); none if it does not exist."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    skipped = {LOCK_NAME, *written_by_hydra}
+    return sorted(f"{path.name}/" if path.is_dir() else path.name
+                  for path in run_dir.iterdir() if path.name not in skipped)
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def _describe(key: str, remembered: Mapping, params: Mapping) -> str:
     old, new = (repr(config[key]) if key in config else "unset" for config in (remembered, params))
     return f"{key} ({old} in the run, {new} now)"
 
 
-def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool = False) -> bool:
+def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool = False,
+                  written_by_hydra: Iterable[str] = ()) -> bool:
     """Apply the rules above to ``run_dir`` before anything is written in it.
 
-    Returns whether training continues from the directory's checkpoint. Raises
-    :class:`~topk.errors.RunRefused` (one sentence) when the run must not start.
+    ``written_by_hydra`` names what Hydra already wrote there for this job (``.hydra``,
+    ``train.log``), which does not make the directory someone else's. Returns whether training
+    continues from the directory's checkpoint. Raises :class:`~topk.errors.RunRefused` (one
+    sentence) when the run must not start, :class:`~topk.errors.CheckpointError` when its
+    checkpoint cannot be used.
     """
     run_dir = Path(run_dir)
+    check_lock(run_dir)
     held = held_run(run_dir)
     option = "hydra.sweep.dir" if in_sweep else "hydra.run.dir"
+    if held is None and not (resume and not in_sweep):
+        foreign = foreign_entries(run_dir, written_by_hydra)
+        if foreign:
+            raise RunRefused(
+                f"{run_dir} is not empty but holds no run (no results.json): it holds {_some(foreign)}; "
+                f"choose another directory with {option}=PATH (nothing was changed in it)."
+            )
     if not resume:
         if held is not None:
             raise RunRefused(
@@ -152,7 +316,11 @@ def check_run_dir(run_dir: Path, params: Mapping, resume: bool, in_sweep: bool =
             )
         log.info("no checkpoint in %s: the run starts from scratch there", run_dir)
         return False
-    check_same_training(run_dir, remembered_params(run_dir), params)
+    checkpoint = load_checkpoint(run_dir / "checkpoints" / "last.pt")
+    check_same_training(run_dir, remembered_params(run_dir, checkpoint), params)
+    if params.get("trainer.epochs") is not None:
+        check_resume_epochs(run_dir, checkpoint["epoch"], params["trainer.epochs"])
+    selected_weights(run_dir / "checkpoints" / "best.pt", checkpoint, note=lambda *args: None)
     return True
 
 
@@ -174,6 +342,11 @@ def check_finished_params(run_dir: Path, params: Mapping) -> None:
     remembered = remembered_params(run_dir)
     check_same_training(run_dir, remembered, params)
     epochs, more = remembered.get("trainer.epochs"), params.get("trainer.epochs")
+    if epochs is not None and more is not None and more < epochs:
+        raise RunRefused(
+            f"{run_dir} holds a completed run of {epochs} epochs, which trainer.epochs={more} cannot "
+            f"resume; resume with trainer.epochs={epochs}, or start a new run in another directory."
+        )
     if epochs is not None and more is not None and more > epochs:
         raise RunRefused(
             f"{run_dir} holds a completed run of {epochs} epochs whose checkpoints/last.pt was not "
