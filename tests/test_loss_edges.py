@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from helpers import mixup_target
-from topk.errors import NonFiniteLossError
+from topk.errors import ConfigError, NonFiniteLossError, TopkError
 from topk.losses import (
     CalibratedTopKHingeLoss,
     ConvexTopKHingeLoss,
@@ -25,6 +25,8 @@ from topk.losses import (
     TopKTransitionLoss,
     TruncatedTopKEntropyLoss,
 )
+from topk.losses.base import Loss
+from topk.losses.targets import check_num_classes_for_k
 
 N_CLASSES = 5
 CLASS_COUNTS = [3, 5, 8, 13, 21]
@@ -151,3 +153,79 @@ def test_half_precision_probability_targets_are_accepted(loss, dtype):
 def test_float64_scores_stay_float64(loss):
     scores, labels = scores_and_labels()
     assert seeded(loss, scores.double(), labels).dtype == torch.float64
+
+
+def test_labels_on_another_device_are_refused(loss):
+    scores, labels = scores_and_labels()
+    with pytest.raises(ValueError, match=r"^labels must be on the scores' device cpu, got meta$"):
+        loss(scores, labels.to("meta"))
+    with pytest.raises(ValueError, match=r"^a probability target must be on the scores' device cpu, got meta$"):
+        loss(scores, torch.full_like(scores, 1 / N_CLASSES, device="meta"))
+
+
+# The losses whose constructor takes k, and the other arguments each constructor checks.
+TOP_K_CLASSES = [CalibratedTopKHingeLoss, ConvexTopKHingeLoss, TopKHingeLoss, SmoothTopKSVM, TopKGroupingLoss,
+                 TopKTransitionLoss, TruncatedTopKEntropyLoss, TopKEntropyLoss, NoisedTopKHingeLoss]
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, 2.0, True, "3", None])
+@pytest.mark.parametrize("loss_class", [*TOP_K_CLASSES, NoisedImbalancedTopKHingeLoss], ids=lambda c: c.__name__)
+def test_k_must_be_a_whole_number_of_at_least_1(loss_class, bad):
+    """Refused in one sentence naming the argument (not inside torch.topk at the first call), a
+    plain ValueError, which train.build wraps in a sentence naming the config group."""
+    extra = {"class_counts": CLASS_COUNTS} if loss_class is NoisedImbalancedTopKHingeLoss else {}
+    with pytest.raises(ValueError, match=rf"^k must be a whole number of at least 1, got {bad!r}$") as refused:
+        loss_class(k=bad, **extra)
+    assert not isinstance(refused.value, TopkError)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"alpha": -1}, r"^alpha must be a finite number >= 0, got -1$"),
+    ({"alpha": float("nan")}, r"^alpha must be a finite number >= 0, got nan$"),
+    ({"alpha": float("inf")}, r"^alpha must be a finite number >= 0, got inf$"),
+    ({"alpha": "1"}, r"^alpha must be a finite number >= 0, got '1'$"),
+    ({"reduction": "sum"}, r"^reduction must be one of mean, none, got 'sum'$"),
+])
+def test_other_arguments_are_named(arguments, message):
+    with pytest.raises(ValueError, match=message) as refused:
+        if "reduction" in arguments:
+            Loss(**arguments)
+        else:
+            TopKHingeLoss(2, **arguments)
+    assert not isinstance(refused.value, TopkError)
+
+
+@pytest.mark.parametrize("node, message", [
+    ({"_target_": "topk.losses.TopKHingeLoss", "k": 2.5},
+     r"^loss cannot be built \(k must be a whole number of at least 1, got 2.5\); check the loss.\* values.$"),
+    ({"_target_": "topk.losses.SmoothTopKSVM", "tau": -1},
+     r"^loss cannot be built \(tau must be a finite number >= 0 \(0 is the non-smooth top-k SVM\), got -1\); "
+     r"check the loss.\* values.$"),
+    ({"_target_": "topk.losses.DiffSortTopKCrossEntropyLoss", "sorter": "quicksort"},
+     r"^loss cannot be built \(sorter must be one of .*, got 'quicksort'\); check the loss.\* values.$"),
+])
+def test_train_names_the_config_group_around_the_argument(node, message):
+    """The training script's one sentence: the constructor's, inside train.build's naming loss.*."""
+    from omegaconf import OmegaConf
+
+    import train
+
+    with pytest.raises(ConfigError, match=message):
+        train.build(OmegaConf.create(node), "loss")
+
+
+def test_train_checks_the_class_count_with_config_keys():
+    """Before training, train.py checks k (and diffsort's p_k and m) against the data set's class
+    count with check_num_classes_for_k, whose sentence names the config keys; the loss's own
+    check at a call names the Python argument."""
+    with pytest.raises(ConfigError, match=r"^loss.k=5 must be between 1 and the number of classes minus one \(4\); "
+                                          r"choose a smaller k.$"):
+        check_num_classes_for_k(TopKHingeLoss(5), 5)
+    with pytest.raises(ConfigError, match=r"^k=5 must be between 1 .*; choose a smaller k.$"):
+        TopKHingeLoss(5)(*scores_and_labels())
+    with pytest.raises(ConfigError, match=r"^loss.p_k has 5 entries but the scores have only 5 classes"):
+        check_num_classes_for_k(DiffSortTopKCrossEntropyLoss(), 5)
+    with pytest.raises(ConfigError, match=r"^loss.m=5 must be below the class count 5"):
+        check_num_classes_for_k(DiffSortTopKCrossEntropyLoss(p_k=[1.0], m=5), 5)
+    check_num_classes_for_k(DiffSortTopKCrossEntropyLoss(p_k=[1.0], m=4), 5)
+    check_num_classes_for_k(FocalLoss(), 5)

@@ -74,7 +74,7 @@ def test_probability_targets_average_the_label_losses():
 
 
 def test_k_must_be_below_the_class_count():
-    with pytest.raises(ConfigError, match="loss.k=4 must be between 1"):
+    with pytest.raises(ConfigError, match="^k=4 must be between 1"):
         TruncatedTopKEntropyLoss(4)(torch.zeros(2, 4), torch.tensor([0, 1]))
 
 
@@ -252,5 +252,5 @@ def test_topk_entropy_float32_matches_float64_at_large_scores(scale):
 
 
 def test_topk_entropy_k_must_be_below_the_class_count():
-    with pytest.raises(ConfigError, match="loss.k=4 must be between 1"):
+    with pytest.raises(ConfigError, match="^k=4 must be between 1"):
         TopKEntropyLoss(4)(torch.zeros(2, 4), torch.tensor([0, 1]))

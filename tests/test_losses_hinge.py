@@ -150,13 +150,15 @@ def test_float32_scores_give_float32_loss(loss_class, oracle):
 @pytest.mark.parametrize("loss_class,oracle", LOSSES)
 def test_bad_inputs_name_the_value(loss_class, oracle):
     scores = torch.randn(2, 4)
-    with pytest.raises(ConfigError, match=r"loss.k=4 must be between 1 and .* \(3\)"):
+    with pytest.raises(ConfigError, match=r"^k=4 must be between 1 and .* \(3\)"):
         loss_class(4)(scores, torch.tensor([0, 1]))
-    with pytest.raises(ConfigError, match="at least 1"):
+    with pytest.raises(ValueError, match="^k must be a whole number of at least 1, got 0$"):
         loss_class(0)
-    with pytest.raises(ConfigError, match=r"loss.alpha must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="^k must be a whole number of at least 1, got 2.5$"):
+        loss_class(2.5)
+    with pytest.raises(ValueError, match=r"^alpha must be a finite number >= 0, got -1$"):
         loss_class(2, alpha=-1)
-    with pytest.raises(ValueError, match="label 4 is out of range for 4 classes"):
+    with pytest.raises(ValueError, match=r"labels must be class indices from 0 to 3 \(4 classes\), got 4"):
         loss_class(2)(scores, torch.tensor([0, 4]))
     with pytest.raises(ValueError, match="must sum to 1"):
         loss_class(2)(scores, torch.full((2, 4), 0.5))

@@ -403,21 +403,23 @@ def test_noise_follows_the_scores_dtype():
 def test_bad_inputs_name_the_value():
     scores = torch.randn(2, 4)
     labels = torch.tensor([0, 1])
-    with pytest.raises(ConfigError, match=r"loss.epsilon must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"^epsilon must be a finite number >= 0, got -1$"):
         NoisedTopKHingeLoss(2, epsilon=-1)
-    with pytest.raises(ConfigError, match=r"loss.epsilon must be >= 0, got -0.5"):
+    with pytest.raises(ValueError, match=r"^epsilon must be a finite number >= 0, got -0.5$"):
         NoisedImbalancedTopKHingeLoss(2, epsilon=-0.5, class_counts=[1, 2, 3, 4])
-    with pytest.raises(ConfigError, match="loss.n_samples must be a positive integer, got 0"):
+    with pytest.raises(ValueError, match="^n_samples must be a whole number of at least 1, got 0$"):
         NoisedTopKHingeLoss(2, n_samples=0)
-    with pytest.raises(ConfigError, match="class_counts is missing: this loss needs the training split's class counts"):
+    with pytest.raises(ValueError, match="^n_samples must be a whole number of at least 1, got 2.0$"):
+        NoisedTopKHingeLoss(2, n_samples=2.0)
+    with pytest.raises(ValueError, match="^class_counts is missing: this loss needs the training split's class counts"):
         NoisedImbalancedTopKHingeLoss(2)
-    with pytest.raises(ConfigError, match="loss.scale must be > 0"):
+    with pytest.raises(ValueError, match="^scale must be a finite number > 0, got -1.0$"):
         NoisedImbalancedTopKHingeLoss(2, scale=-1.0, class_counts=[1, 2, 3, 4])
-    with pytest.raises(ConfigError, match=r"loss.k=4 must be between 1 and .* \(3\)"):
+    with pytest.raises(ConfigError, match=r"^k=4 must be between 1 and .* \(3\)"):
         NoisedTopKHingeLoss(4)(scores, labels)
-    with pytest.raises(ConfigError, match="at least 1"):
+    with pytest.raises(ValueError, match="^k must be a whole number of at least 1, got 0$"):
         NoisedTopKHingeLoss(0)
-    with pytest.raises(ValueError, match="label 4 is out of range for 4 classes"):
+    with pytest.raises(ValueError, match=r"labels must be class indices from 0 to 3 \(4 classes\), got 4"):
         NoisedTopKHingeLoss(2)(scores, torch.tensor([0, 4]))
     with pytest.raises(ValueError, match="class_counts has 3 classes but the scores have 4"):
         NoisedImbalancedTopKHingeLoss(2, class_counts=[1, 2, 3])(scores, labels)

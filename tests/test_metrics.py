@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
+from unittest import mock
+
+import numpy as np
 import pytest
 import torch
 
 from topk.data import TensorBatches
 from topk.data.splits import TensorSplit
 from topk.engine import average_k_metrics, evaluate_splits, metric_names
+from topk.losses.targets import NonFiniteScoresError
 from topk.metrics import (
     AverageKAccumulator,
     TopKAccumulator,
@@ -17,6 +23,7 @@ from topk.metrics import (
     target_rank,
     topk_accuracies,
 )
+from topk.sync import sync_free
 
 
 def brute_force(scores, labels, ks, num_classes):
@@ -86,6 +93,160 @@ def test_per_class_and_macro():
 def test_clip_ks():
     assert clip_ks([1, 2, 3, 5, 10], 6) == [1, 2, 3, 5]
     assert clip_ks([5, 1, 1], 100) == [1, 5]
+    assert clip_ks((k for k in [np.int64(2), 1]), 6) == [1, 2]
+
+
+# --- the input contract: the losses' (topk.losses.targets), one sentence per violation ---------
+
+def batch(size=6, classes=5, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(size, classes, generator=generator), torch.randint(0, classes, (size,), generator=generator)
+
+
+def counted(scores, labels, ks=(1, 2)):
+    """Every entry point: the one-shot function and each accumulator's update."""
+    topk_accuracies(scores, labels, list(ks))
+    TopKAccumulator(list(ks), scores.shape[-1] if scores.dim() else 1).update(scores, labels)
+    AverageKAccumulator(keep_probabilities=True).update(scores, labels)
+
+
+@pytest.mark.parametrize("ks", [[2.5], [2.0], [True], [0], [-1], [], [1, "2"], "5", 5, None])
+def test_ks_must_be_whole_numbers_of_at_least_1(ks):
+    """A float is refused, never rounded (2.5 was reported as top2); so is a bool."""
+    scores, labels = batch()
+    message = r"^ks must be a non-empty list of whole numbers of at least 1, e\.g\. \[1, 5\], got "
+    with pytest.raises(ValueError, match=message):
+        topk_accuracies(scores, labels, ks)
+    with pytest.raises(ValueError, match=message):
+        TopKAccumulator(ks, 5)
+    with pytest.raises(ValueError, match=message):
+        clip_ks(ks, 5)
+
+
+def test_ks_above_the_class_count_are_dropped_but_one_must_remain():
+    scores, labels = batch()
+    assert set(topk_accuracies(scores, labels, [1, 9])) == {"top1", "macro_top1"}
+    with pytest.raises(ValueError, match=r"^ks must hold a k between 1 and the number of classes 5, got \[6, 9\]$"):
+        topk_accuracies(scores, labels, [6, 9])
+
+
+@pytest.mark.parametrize("shape", [(5,), (2, 3, 5), ()])
+def test_scores_must_be_a_matrix(shape):
+    with pytest.raises(ValueError, match=r"^scores must be a \[batch, classes\] matrix, got shape"):
+        counted(torch.randn(shape), torch.zeros(2, dtype=torch.long))
+
+
+def test_an_empty_batch_is_refused():
+    """It gave {'top1': 0.0}; the mean over no samples is undefined, as for the losses."""
+    with pytest.raises(ValueError, match=r"^the batch is empty; scores must hold at least one sample, got shape \(0, 5\)$"):
+        topk_accuracies(torch.randn(0, 5), torch.zeros(0, dtype=torch.long), [1])
+    with pytest.raises(ValueError, match="^the batch is empty"):
+        TopKAccumulator([1], 5).update(torch.randn(0, 5), torch.zeros(0, dtype=torch.long))
+    with pytest.raises(ValueError, match="^the batch is empty"):
+        AverageKAccumulator().update(torch.randn(0, 5), torch.zeros(0, dtype=torch.long))
+
+
+def test_nan_scores_are_refused_or_count_as_misses():
+    """NaN compares false with every score: every label ranked first, 100 %. The one-shot
+    topk_accuracies refuses them; the accumulators, updated at every batch of an epoch whose
+    divergence the training loss reports at its end, count such a sample as a miss for every k
+    (on every device, reading nothing)."""
+    scores, labels = batch(size=4, classes=3)
+    labels = scores.argmax(dim=1)  # every sample a top-1 hit
+    scores[2, 1] = float("nan")
+    with pytest.raises(NonFiniteScoresError, match="^scores contain NaN values, which have no rank"):
+        topk_accuracies(scores, labels, [1])
+    for path in (contextlib.nullcontext, sync_free):  # the CPU's eager path, an accelerator's
+        with path():
+            accumulator = TopKAccumulator([1, 3], 3)
+            accumulator.update(scores, labels)
+            metrics = accumulator.compute()
+            assert (metrics["top1"], metrics["top3"]) == (75.0, 75.0)  # a miss even for k = n
+            assert target_rank(scores, labels).tolist() == [0, 0, 3, 0]
+    val = AverageKAccumulator(keep_probabilities=True)
+    val.update(torch.full((2, 3), float("nan")), torch.tensor([0, 1]))
+    val.update(torch.tensor([[2.0, 0.0, 0.0]]), torch.tensor([0]))
+    metrics = average_k_metrics({"val": val}, [1], 3)["val"]
+    assert metrics["avg1"] == pytest.approx(100 / 3)  # the NaN samples miss; they set no λ
+
+
+def test_infinite_scores_rank_first_or_last():
+    """Ranking is defined for ±inf (the engine's ten-crop log-marginals are -inf where a marginal
+    underflows to 0); ties at +inf count against the model, as every tie does."""
+    scores = torch.tensor([[0.0, -math.inf, 1.0], [-math.inf, -math.inf, 2.0], [math.inf, 0.0, math.inf]])
+    labels = torch.tensor([1, 0, 0])
+    assert target_rank(scores, labels).tolist() == [2, 2, 1]
+    accuracies = topk_accuracies(scores, labels, [1, 2, 3])
+    assert (accuracies["top1"], accuracies["top3"]) == (0.0, 100.0)
+    assert accuracies["top2"] == pytest.approx(100 / 3)
+    AverageKAccumulator().update(scores, labels)  # -inf: probability 0; +inf: NaN, a miss
+
+
+def test_labels_are_integer_class_indices_of_the_batch():
+    scores, labels = batch()
+    with pytest.raises(ValueError, match="^labels must be integers, got dtype torch.float32$"):
+        counted(scores, labels.float())
+    with pytest.raises(ValueError, match="^labels must be integers, got dtype torch.bool$"):
+        counted(scores, labels > 2)
+    with pytest.raises(ValueError, match=r"^labels must have shape \[6\] to match the scores, got \(5,\)$"):
+        counted(scores, labels[:5])
+    with pytest.raises(ValueError, match=r"^labels must have shape \[6\] to match the scores, got \(6, 1\)$"):
+        counted(scores, labels[:, None])
+    for bad in (5, -1):
+        labels[3] = bad
+        with pytest.raises(ValueError, match=rf"^labels must be class indices from 0 to 4 \(5 classes\), got {bad}$"):
+            counted(scores, labels)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_ranks_of_every_score_dtype_are_the_brute_force_counts(dtype):
+    scores = torch.randint(0, 4, (50, 7), generator=torch.Generator().manual_seed(4)).to(dtype)  # many ties
+    labels = torch.randint(0, 7, (50,), generator=torch.Generator().manual_seed(5))
+    expected = [sum(1 for j, s in enumerate(row) if j != y and s >= row[y]) for row, y in zip(scores.tolist(), labels.tolist())]
+    assert target_rank(scores, labels).tolist() == expected
+
+
+@pytest.mark.parametrize("dtype", [torch.int8, torch.int32, torch.uint8])
+def test_any_integer_label_dtype_counts_as_int64(dtype):
+    scores, labels = batch(40, seed=3)
+    assert topk_accuracies(scores, labels.to(dtype), [1, 3]) == topk_accuracies(scores, labels, [1, 3])
+
+
+def test_labels_on_another_device_are_refused():
+    """They gave garbage (or torch's error from inside the counting)."""
+    scores, labels = batch()
+    with pytest.raises(ValueError, match="^labels must be on the scores' device cpu, got meta$"):
+        counted(scores, labels.to("meta"))
+
+
+def test_scores_must_keep_the_class_count():
+    scores, labels = batch()
+    with pytest.raises(ValueError, match=r"^scores must have 7 classes \(the accumulator's num_classes\), got shape \(6, 5\)$"):
+        TopKAccumulator([1], 7).update(scores, labels)
+    accumulator = AverageKAccumulator(keep_probabilities=True)
+    accumulator.update(scores, labels)
+    with pytest.raises(ValueError, match=r"^scores must have 5 classes \(those of the earlier batches\), got shape \(6, 7\)$"):
+        accumulator.update(torch.randn(6, 7), labels)
+
+
+def test_the_accumulators_read_no_value_where_reads_are_not_free():
+    """On an accelerator (``sync_free`` makes the CPU take its path) the per-batch update checks
+    shapes, dtypes and devices only: a read of the values would wait for the device at every
+    batch. The one-shot topk_accuracies checks the values on every device."""
+    scores, labels = batch()
+    scores[0, 0] = float("nan")
+    reads = [mock.patch.object(torch.Tensor, method, side_effect=AssertionError(f"read: {method}"))
+             for method in ("item", "__bool__", "__float__", "__int__", "tolist")]
+    with sync_free(), reads[0], reads[1], reads[2], reads[3], reads[4]:
+        TopKAccumulator([1], 5).update(scores, labels)
+        AverageKAccumulator().update(scores, labels)
+        with pytest.raises(ValueError, match="^labels must be integers"):
+            TopKAccumulator([1], 5).update(scores, labels.float())
+    with sync_free(), pytest.raises(NonFiniteScoresError, match="^scores contain NaN values"):
+        topk_accuracies(scores, labels, [1])
+    labels[1] = 9
+    with sync_free(), pytest.raises(ValueError, match=r"^labels must be class indices from 0 to 4"):
+        topk_accuracies(torch.randn(6, 5), labels, [1])
 
 
 # --- average-k accuracy (Garcin et al. 2021) ------------------------------------------------------

@@ -188,16 +188,16 @@ def test_no_hard_switch_needed_where_b18_code_switches(k):
 
 
 def test_bad_parameters_and_inputs_name_the_value():
-    with pytest.raises(ConfigError, match=r"loss.tau must be >= 0 .*, got -1"):
+    with pytest.raises(ValueError, match=r"^tau must be a finite number >= 0 \(0 is the non-smooth top-k SVM\), got -1$"):
         SmoothTopKSVM(tau=-1)
-    with pytest.raises(ConfigError, match=r"loss.alpha must be >= 0, got -0.5"):
+    with pytest.raises(ValueError, match=r"^alpha must be a finite number >= 0, got -0.5$"):
         SmoothTopKSVM(alpha=-0.5)
-    with pytest.raises(ConfigError, match="at least 1"):
+    with pytest.raises(ValueError, match="^k must be a whole number of at least 1, got 0$"):
         SmoothTopKSVM(k=0)
     scores = torch.randn(2, 5)
-    with pytest.raises(ConfigError, match=r"loss.k=5 must be between 1 and .* \(4\)"):
+    with pytest.raises(ConfigError, match=r"^k=5 must be between 1 and .* \(4\); choose a smaller k"):
         SmoothTopKSVM(k=5)(scores, torch.tensor([0, 1]))
-    with pytest.raises(ValueError, match="label 5 is out of range for 5 classes"):
+    with pytest.raises(ValueError, match=r"labels must be class indices from 0 to 4 \(5 classes\), got 5"):
         SmoothTopKSVM(k=2)(scores, torch.tensor([0, 5]))
     with pytest.raises(ValueError, match="must sum to 1"):
         SmoothTopKSVM(k=2)(scores, torch.full((2, 5), 0.1))

@@ -229,7 +229,8 @@ def test_class_weights_train_and_are_recorded(run_dir):
     "overrides,message",
     [
         (["loss=topk_group", "loss.k=6"], "loss.k=6 must be between 1 and the number of classes minus one"),
-        (["loss=topk_transition", "loss.k=0"], "loss.k must be at least 1"),
+        (["loss=topk_transition", "loss.k=0"],
+         r"loss cannot be built \(k must be a whole number of at least 1, got 0\); check the loss\.\* values"),
         (["dataset.sigma=-10"], "dataset.sigma .* must be >= 0, got -10"),
         (["trainer.selection_metric=val/top1"], "needs a validation split"),
         (["trainer.selection_metric=val/avg5"], "needs a validation split"),

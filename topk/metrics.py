@@ -12,24 +12,103 @@ largest of the ``N·n`` validation probabilities); a split's ``avg{k}`` is the p
 samples with ``softmax(s)_y ≥ λ_k``, ``macro_avg{k}`` the mean over its classes of that
 percentage per class (:class:`AverageKAccumulator`, :func:`average_k_thresholds`,
 :func:`average_k_accuracies`).
+
+**Inputs**, the losses' contract (:mod:`topk.losses.targets`, whose checks are reused here):
+``scores`` a floating-point ``[batch, classes]`` matrix with at least one sample; ``labels``
+integer class indices ``[batch]`` (any integer dtype) in ``[0, classes)``, on the scores'
+device; ``ks`` whole numbers of at least 1 (a float such as 2.5, or a bool, is refused; ks
+above the class count are dropped, :func:`clip_ks`). An empty batch is refused, as the losses
+refuse it; the engine has no use for one (a process with no sample of a split makes no
+:meth:`~TopKAccumulator.update` call, and its counts stay 0). Each violation raises ``ValueError`` with one sentence naming the argument.
+Unlike a loss's, the scores may be infinite, as long as they are not NaN: a ranking of
+``-inf`` is well defined (last), and the engine's ten-crop scores are the logs of top-k
+marginal probabilities, ``-inf`` where a probability underflows to 0
+(:func:`topk.engine.multi_crop_scores`).
+
+**NaN scores** compare false with everything, and made every label rank first (100 %).
+:func:`topk_accuracies` refuses them (:class:`~topk.losses.targets.NonFiniteScoresError`). The
+accumulators, which the engine updates at every batch, count a sample with a NaN score as a miss
+for every k instead, on every device and without reading anything (a NaN probability is never
+``≥ λ_k`` either): a model that diverges during an epoch is reported by the training loss at the
+epoch's end (docs/design.md §5, :func:`topk.engine.train_one_epoch`), which a refusal in the
+middle of the epoch would pre-empt. The check of the labels' range reads them on the host: the
+accumulators make it where that read is free, in eager mode on the CPU
+(:func:`topk.sync.reads_are_free`), like the losses; :func:`topk_accuracies`, a one-shot call,
+on every device.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import math
+import numbers
+from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
+from topk.functional.arguments import whole_number
+from topk.losses.targets import NonFiniteScoresError, check_label_range, check_labels, check_scores
 
-def clip_ks(ks: Sequence[int], num_classes: int) -> list[int]:
-    """The requested ks that are meaningful for ``num_classes`` (``1 ≤ k ≤ n``), sorted, unique."""
-    return sorted({int(k) for k in ks if 1 <= int(k) <= num_classes})
+
+def check_ks(ks: Iterable[int]) -> list[int]:
+    """``ks`` as a list of ``int``; raise ``ValueError`` unless it is a non-empty list of whole
+    numbers of at least 1 (a float such as 2.5 or a bool is refused, never rounded)."""
+    values = None if isinstance(ks, (str, bytes)) or not isinstance(ks, Iterable) else list(ks)
+    if not values or not all(_is_whole(k) and k >= 1 for k in values):
+        shown = ks if values is None else values
+        raise ValueError(f"ks must be a non-empty list of whole numbers of at least 1, e.g. [1, 5], got {shown!r}")
+    return [int(k) for k in values]
+
+
+def _is_whole(k) -> bool:
+    return isinstance(k, numbers.Integral) and not isinstance(k, bool)
+
+
+def clip_ks(ks: Iterable[int], num_classes: int) -> list[int]:
+    """The requested ks that are meaningful for ``num_classes`` (``k ≤ n``), sorted, unique;
+    ``ks`` must be whole numbers of at least 1 (:func:`check_ks`)."""
+    return sorted({k for k in check_ks(ks) if k <= num_classes})
+
+
+def check_rankable(scores: torch.Tensor) -> None:
+    """Raise :class:`~topk.losses.targets.NonFiniteScoresError` if any score is NaN (infinite
+    scores rank first or last and are allowed; see the module docstring). Reads the data."""
+    # One pass: the sum is NaN only if some score is NaN (or +inf and -inf both occur, which the
+    # full check tells apart), as in topk.losses.targets.check_finite.
+    total = scores.detach().sum(dtype=torch.promote_types(scores.dtype, torch.float32))
+    if math.isnan(total) and bool(torch.isnan(scores).any()):
+        raise NonFiniteScoresError(
+            "scores contain NaN values, which have no rank; top-k accuracy needs scores that are "
+            "numbers or ±inf (if the model diverged, lower optim.lr or check the data and the loss parameters)"
+        )
+
+
+def check_batch(scores: torch.Tensor, labels: torch.Tensor, num_classes: int | None = None,
+                whose: str = "") -> None:
+    """An accumulator's checks of a batch: shapes, dtypes and devices (the class count when
+    ``num_classes`` is given, ``whose`` saying where it comes from), and the labels' range where
+    reading is free (:func:`topk.sync.reads_are_free`); the losses' own
+    :func:`~topk.losses.targets.check_scores` and :func:`~topk.losses.targets.check_labels`."""
+    check_scores(scores)
+    if num_classes is not None and scores.shape[1] != num_classes:
+        raise ValueError(f"scores must have {num_classes} classes ({whose}), got shape {tuple(scores.shape)}")
+    check_labels(scores, labels)  # the range too, where reads are free
 
 
 def target_rank(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Zero-based rank of each label: the number of other classes scoring at least as high."""
+    """Zero-based rank of each label: the number of other classes scoring at least as high; the
+    class count (a miss for every k) for a sample with a NaN score, which has no rank.
+
+    A sample's scores hold a NaN when their sum is NaN, which it also is, rarely, for scores
+    only a diverged model gives (``+inf`` beside ``-inf``, or a float32 sum overflowing both
+    ways): those count as misses too. The sum takes 16 µs where ``isnan().any(1)`` takes 320 µs
+    ([256, 1000] float32, one CPU thread, ``timeit``), and the comparison writes floats (exact
+    counts below 2^24 classes), 46 µs where bools and their sum took 170 µs.
+    """
     label_scores = scores.gather(1, labels[:, None])
-    return (scores >= label_scores).sum(dim=1) - 1
+    at_least = torch.ge(scores, label_scores, out=torch.empty(scores.shape, dtype=torch.float32, device=scores.device))
+    rank = at_least.sum(dim=1).long() - 1
+    has_nan = scores.sum(dim=1, dtype=torch.promote_types(scores.dtype, torch.float32)).isnan()
+    return rank.masked_fill(has_nan, scores.shape[1])
 
 
 class TopKAccumulator:
@@ -38,19 +117,32 @@ class TopKAccumulator:
     ``update`` takes batches; ``compute`` returns percentages named as in docs/design.md §4:
     ``top{k}`` (over samples) and ``macro_top{k}`` (mean over the classes present in the
     evaluated data of the per-class top-k accuracy). The counts are plain sums, so they can be
-    reduced across processes exactly.
+    reduced across processes exactly. ``ks`` are whole numbers of at least 1; those above
+    ``num_classes`` are dropped (:func:`clip_ks`), and at least one must remain.
     """
 
     def __init__(self, ks: Sequence[int], num_classes: int, device: torch.device | str = "cpu"):
+        num_classes = whole_number("num_classes", num_classes)
         self.ks = clip_ks(ks, num_classes)
         if not self.ks:
-            raise ValueError(f"no k in {list(ks)} is between 1 and {num_classes}")
+            raise ValueError(f"ks must hold a k between 1 and the number of classes {num_classes}, got {list(ks)}")
         self.num_classes = num_classes
         self._k_column = torch.tensor(self.ks, device=device)[:, None]
         self.hits = torch.zeros(len(self.ks), num_classes, dtype=torch.int64, device=device)
         self.totals = torch.zeros(num_classes, dtype=torch.int64, device=device)
 
     def update(self, scores: torch.Tensor, labels: torch.Tensor) -> None:
+        """Count one batch: ``scores [batch, num_classes]`` and integer ``labels [batch]`` on the
+        scores' device (the module docstring's contract). Shapes, dtypes and devices are checked
+        at every call; the labels' range only where reading the data is free (eager mode on the
+        CPU): on an accelerator that check would make the host wait for the device at every
+        batch (:func:`topk_accuracies` makes it on every device). A sample with a NaN score is
+        a miss (see the module docstring)."""
+        check_batch(scores, labels, self.num_classes, "the accumulator's num_classes")
+        self._count(scores, labels)
+
+    def _count(self, scores: torch.Tensor, labels: torch.Tensor) -> None:
+        labels = labels.long()
         if self.hits.device != scores.device:  # counts follow the scores (CPU or GPU)
             self.hits, self.totals = self.hits.to(scores.device), self.totals.to(scores.device)
             self._k_column = self._k_column.to(scores.device)
@@ -102,9 +194,19 @@ def accuracy_percentages(hits: torch.Tensor, totals: torch.Tensor, ks: Sequence[
 
 
 def topk_accuracies(scores: torch.Tensor, labels: torch.Tensor, ks: Sequence[int]) -> dict[str, float]:
-    """One-shot version of :class:`TopKAccumulator` for a single batch of scores."""
+    """``top{k}`` and ``macro_top{k}`` of one batch (:class:`TopKAccumulator` for a single batch).
+
+    The inputs follow the module docstring's contract, checked in full on every device: the
+    labels' range and NaN scores are read on the host here even on an accelerator (a wait for
+    the device, once per call; the engine counts its batches with
+    :meth:`TopKAccumulator.update`, which does not). An empty batch is refused.
+    """
+    check_scores(scores)
+    check_labels(scores, labels)
+    check_label_range(labels, scores.shape[1])
+    check_rankable(scores)
     accumulator = TopKAccumulator(ks, scores.shape[1], scores.device)
-    accumulator.update(scores, labels)
+    accumulator._count(scores, labels)
     return accumulator.compute()
 
 
@@ -127,16 +229,25 @@ class AverageKAccumulator:
         self.keep_probabilities = keep_probabilities
         self.device = torch.device(device)
         self.sample_count = 0  # a Python int, from the batches' shapes
+        self.num_classes: int | None = None  # the first batch's
         self._probabilities: list[torch.Tensor] = []
         self._label_probabilities: list[torch.Tensor] = []
         self._labels: list[torch.Tensor] = []
 
     def update(self, scores: torch.Tensor, labels: torch.Tensor) -> None:
+        """Keep one batch's probabilities: the module docstring's contract, checked as
+        :meth:`TopKAccumulator.update` checks it, every batch with the first one's class count.
+        A sample with a NaN score (or ``+inf``: its softmax is NaN) is a miss: its label's NaN
+        probability is never ``≥ λ_k``, and its kept probabilities are -1, below every real one,
+        so that they never set ``λ_k``."""
+        check_batch(scores, labels, self.num_classes, "those of the earlier batches")
+        self.num_classes = scores.shape[1]
+        labels = labels.long()
         probabilities = scores.detach().float().softmax(dim=1)
         self._label_probabilities.append(probabilities.gather(1, labels[:, None]).squeeze(1))
         self._labels.append(labels)
         if self.keep_probabilities:
-            self._probabilities.append(probabilities)
+            self._probabilities.append(probabilities.nan_to_num(nan=-1.0))
         self.sample_count += labels.shape[0]
 
     def probabilities(self) -> torch.Tensor:

@@ -14,6 +14,7 @@ import math
 import torch
 
 from topk.errors import ConfigError
+from topk.functional.arguments import non_negative, whole_number
 from topk.sync import reads_are_free
 
 # A standard normal exceeds NOISE_BOUND with probability Φ̄(8) = erfc(8/√2)/2 ≈ 6.2e-16.
@@ -21,11 +22,10 @@ NOISE_BOUND = 8.0
 
 
 def check_perturbation(epsilon: float, n_samples: int) -> None:
-    """Raise ConfigError unless ``epsilon ≥ 0`` and ``n_samples`` is a positive integer."""
-    if not epsilon >= 0:
-        raise ConfigError(f"loss.epsilon must be >= 0, got {epsilon}.")
-    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
-        raise ConfigError(f"loss.n_samples must be a positive integer, got {n_samples}.")
+    """Raise ``ValueError`` unless ``epsilon`` is a finite number ``≥ 0`` and ``n_samples`` a
+    whole number ``≥ 1`` (:mod:`topk.functional.arguments`)."""
+    non_negative("epsilon", epsilon)
+    whole_number("n_samples", n_samples)
 
 
 def noise_source(n_samples: int, scores: torch.Tensor, generator: torch.Generator | None = None,

@@ -43,7 +43,7 @@ from typing import NamedTuple
 
 import torch
 
-from topk.errors import ConfigError
+from topk.functional.arguments import non_negative, positive
 
 SORTERS = ("neuralsort", "softsort", "odd_even", "bitonic")
 NETWORKS = ("odd_even", "bitonic")
@@ -55,17 +55,15 @@ Layers = tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]  # per layer: (lo w
 
 
 def check_sorter(sorter: str, steepness: float, distribution: str, art_lambda: float) -> None:
-    """Raise ConfigError unless the sorter's options are valid (``distribution`` and
-    ``art_lambda`` are checked for every sorter, though only the networks use them)."""
+    """Raise ``ValueError`` naming the argument unless the sorter's options are valid
+    (``distribution`` and ``art_lambda`` are checked for every sorter, though only the networks
+    use them)."""
     if sorter not in SORTERS:
-        raise ConfigError(f"loss.sorter must be one of {', '.join(SORTERS)}, got {sorter!r}.")
+        raise ValueError(f"sorter must be one of {', '.join(SORTERS)}, got {sorter!r}")
     if distribution not in DISTRIBUTIONS:
-        raise ConfigError(
-            f"loss.distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}.")
-    if not 0 < steepness < math.inf:
-        raise ConfigError(f"loss.steepness must be a positive number, got {steepness!r}.")
-    if not 0 <= art_lambda < math.inf:
-        raise ConfigError(f"loss.art_lambda must be a non-negative number, got {art_lambda!r}.")
+        raise ValueError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}")
+    positive("steepness", steepness)
+    non_negative("art_lambda", art_lambda)
 
 
 # --- the networks' wiring ---------------------------------------------------------------------
@@ -164,7 +162,7 @@ def in_order_probability(difference: torch.Tensor, steepness: float, distributio
         return torch.sigmoid(steepness * difference / (difference.abs() + ART_EPSILON) ** art_lambda)
     if distribution == "cauchy":
         return torch.atan(steepness * difference) / math.pi + 0.5
-    raise ConfigError(f"loss.distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}.")
+    raise ValueError(f"distribution must be one of {', '.join(DISTRIBUTIONS)}, got {distribution!r}")
 
 
 def pair_up(x: torch.Tensor, wiring: Wiring) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -6,7 +6,12 @@ Every loss here keeps the same contract at its edges, checked in one place
 any integer dtype; ``ValueError`` for scores that are not a ``[batch, classes]`` matrix, for an
 empty batch and for NaN or infinite scores (values are checked in eager mode on the CPU only:
 elsewhere no loss reads its data on the host, :mod:`topk.sync`); float16 and bfloat16 scores
-computed in float32, the loss returned in float32.
+computed in float32, the loss returned in float32. Every loss here is invariant to adding a
+constant to all the scores of a row and is computed on the scores less their row maximum
+(:func:`topk.losses.targets.shift_to_row_max`), so that float32 scores of any magnitude (near
+``1e8``, a diverged model's) give the float64 loss of the same scores (``tests/test_numerics.py``).
+Constructors refuse a bad argument with a ``ValueError`` sentence naming it (``k must be a whole
+number of at least 1, got 2.5``).
 
 ``ce`` is torch's own :class:`torch.nn.CrossEntropyLoss`, which accepts both target forms and
 follows torch's rules rather than this contract (e.g. int64 or uint8 labels only, NaN for an

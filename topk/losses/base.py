@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from topk.errors import ConfigError
-from topk.losses.targets import check_k, expected_over_targets, loss_inputs
+from topk.functional.arguments import whole_number
+from topk.losses.targets import check_k, expected_over_targets, loss_inputs, shift_to_row_max
 
 REDUCTIONS = ("mean", "none")
 
@@ -20,8 +20,7 @@ class Loss(nn.Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
         if reduction not in REDUCTIONS:
-            raise ConfigError(
-                f"loss reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}.")
+            raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
         self.reduction = reduction
 
     def reduce(self, per_sample: torch.Tensor) -> torch.Tensor:
@@ -29,13 +28,13 @@ class Loss(nn.Module):
 
 
 class TopKLoss(Loss):
-    """Holds and checks ``k``; the class count is checked against it at every call."""
+    """Holds and checks ``k`` (a whole number of at least 1); the class count is checked against
+    it at every call. The constructors' refusals are ``ValueError`` sentences naming the
+    argument (:mod:`topk.functional.arguments`)."""
 
     def __init__(self, k: int = 5):
         super().__init__()
-        if k < 1:
-            raise ConfigError(f"loss.k must be at least 1, got {k}.")
-        self.k = k
+        self.k = whole_number("k", k)
 
     def extra_repr(self) -> str:
         return f"k={self.k}"
@@ -46,7 +45,9 @@ class TopKLoss(Loss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss contract (docs/design.md §5) around :meth:`per_label_loss`: checked inputs,
+        shifted to a row maximum of 0 (:func:`~topk.losses.targets.shift_to_row_max`; every loss
+        defined here is shift-invariant, so the detached shift leaves value and gradient exact),
         ``Σ_i t_i L(s, i)`` for a soft target, reduced."""
         scores, target = loss_inputs(scores, target)
         check_k(self.k, scores.shape[1])
-        return self.reduce(expected_over_targets(self.per_label_loss, scores, target))
+        return self.reduce(expected_over_targets(self.per_label_loss, shift_to_row_max(scores), target))

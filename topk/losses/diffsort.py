@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from topk.errors import ConfigError
 from topk.functional.sorting import check_sorter, weighted_topk
 from topk.losses.base import Loss
-from topk.losses.targets import expected_over_targets, loss_inputs
+from topk.losses.targets import expected_over_targets, loss_inputs, shift_to_row_max
 
 TOP1_MODES = ("sm", "smce", "sort")
 # P22's code takes log(p (1 - 2e-7) + 1e-7) for log p: a probability of 0 costs -log 1e-7 ≈ 16.1.
@@ -25,13 +25,13 @@ P_K_TOLERANCE = 1e-4
 
 
 def check_p_k(p_k) -> list[float]:
-    """``p_k`` as a list of floats; raise ConfigError unless it is a non-empty list of
+    """``p_k`` as a list of floats; raise ``ValueError`` unless it is a non-empty list of
     non-negative numbers summing to 1."""
     if isinstance(p_k, (str, bytes)) or not isinstance(p_k, Sequence) or len(p_k) == 0:
-        raise ConfigError(f"loss.p_k must be a non-empty list of probabilities of k = 1, 2, …, got {p_k!r}.")
+        raise ValueError(f"p_k must be a non-empty list of probabilities of k = 1, 2, …, got {p_k!r}")
     values = [float(p) if isinstance(p, (int, float)) and not isinstance(p, bool) else math.nan for p in p_k]
     if not all(0 <= p < math.inf for p in values) or abs(sum(values) - 1) > P_K_TOLERANCE:
-        raise ConfigError(f"loss.p_k must hold non-negative probabilities summing to 1, got {list(p_k)}.")
+        raise ValueError(f"p_k must hold non-negative probabilities summing to 1, got {list(p_k)}")
     return values
 
 
@@ -129,10 +129,10 @@ class DiffSortTopKCrossEntropyLoss(Loss):
         self.p_k = check_p_k(p_k)
         check_sorter(sorter, steepness, distribution, art_lambda)
         if top1_mode not in TOP1_MODES:
-            raise ConfigError(f"loss.top1_mode must be one of {', '.join(TOP1_MODES)}, got {top1_mode!r}.")
+            raise ValueError(f"top1_mode must be one of {', '.join(TOP1_MODES)}, got {top1_mode!r}")
         if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m <= len(self.p_k)):
-            raise ConfigError(f"loss.m must be null or an integer above len(p_k) = {len(self.p_k)} "
-                              f"(and below the class count), got {m!r}.")
+            raise ValueError(f"m must be None or a whole number above len(p_k) = {len(self.p_k)} "
+                             f"(and below the class count), got {m!r}")
         self.sorter, self.steepness, self.distribution = sorter, float(steepness), distribution
         self.art_lambda, self.top1_mode, self.m = float(art_lambda), top1_mode, m
 
@@ -142,20 +142,27 @@ class DiffSortTopKCrossEntropyLoss(Loss):
                 f"top1_mode={self.top1_mode}, m={self.m}")
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """The loss of scores shifted to a row maximum of 0
+        (:func:`~topk.losses.targets.shift_to_row_max`): every sorter's relaxation depends on the
+        differences of the scores alone (a network mixes its wires in convex combinations, which
+        a shift of every input carries through), and so do the softmax and cross-entropy terms.
+        Unshifted, float32 scores near ``1e8`` lose the networks' mixed values to rounding."""
         scores, target = loss_inputs(scores, target)
         self.check_num_classes(scores.shape[1])
         per_sample = expected_over_targets(
             lambda s, y: diffsort_topk_ce(s, y, self.p_k, self.sorter, self.steepness, self.distribution,
                                           self.art_lambda, self.top1_mode, self.m),
-            scores, target)
+            shift_to_row_max(scores), target)
         return self.reduce(per_sample)
 
-    def check_num_classes(self, num_classes: int) -> None:
-        """Raise ConfigError unless ``len(p_k) < m < n`` (or ``len(p_k) < n`` without ``m``)."""
+    def check_num_classes(self, num_classes: int, prefix: str = "") -> None:
+        """Raise ConfigError unless ``len(p_k) < m < n`` (or ``len(p_k) < n`` without ``m``); the
+        sentence names ``p_k`` and ``m``, each with ``prefix`` (``train.py``'s ``loss.``, through
+        :func:`~topk.losses.targets.check_num_classes_for_k`)."""
         k = len(self.p_k)
         if self.m is None and k >= num_classes:
-            raise ConfigError(f"loss.p_k has {k} entries but the scores have only {num_classes} classes; "
+            raise ConfigError(f"{prefix}p_k has {k} entries but the scores have only {num_classes} classes; "
                               f"len(p_k) must be below the class count: shorten p_k.")
         if self.m is not None and self.m >= num_classes:
-            raise ConfigError(f"loss.m={self.m} must be below the class count {num_classes} "
-                              f"(len(p_k) < m < n); lower m or set it to null.")
+            raise ConfigError(f"{prefix}m={self.m} must be below the class count {num_classes} "
+                              f"(len(p_k) < m < n); lower m, or drop it to sort every class.")

@@ -23,7 +23,10 @@ def truncated_topk_entropy(scores: torch.Tensor, labels: torch.Tensor, k: int) -
     where ``J_y`` holds the labels other than ``y`` except the ``k - 1`` with the largest scores
     (Lapin et al. 2016). ``k = 1`` is cross-entropy. Computed as the log-sum-exp of
     the scores with those ``k - 1`` set to ``-inf``, minus ``s_y``; ties among the rivals leave
-    out any ``k - 1`` of the tied ones (the value is the same).
+    out any ``k - 1`` of the tied ones (the value is the same). The loss is invariant to adding a
+    constant to every score; :class:`TruncatedTopKEntropyLoss` passes scores shifted to a row
+    maximum of 0, exact in float32 at any magnitude (the log-sum-exp of unshifted scores near
+    ``1e8`` rounds its ``log Σ e^{s_j - max}`` away).
     """
     label_scores = scores.gather(1, labels[:, None])
     rivals = scores.detach().scatter(1, labels[:, None], -math.inf)
@@ -97,7 +100,10 @@ def topk_entropy(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
 
     Only the ``k`` largest rival scores are sorted (``topk``); the others enter through one
     log-sum-exp, and every ``R_u`` is a suffix log-cum-sum-exp of the ``k - 1`` largest scores and
-    that log-sum-exp: stable in float32 at any score magnitude, with no data-dependent shapes.
+    that log-sum-exp, with no data-dependent shapes. Stable in float32 for scores shifted to a
+    row maximum of 0, as :class:`TopKEntropyLoss` passes them (the loss depends on the
+    differences ``s_j - s_y`` alone); unshifted scores near ``1e8`` lose their ``R_u`` and ``φ_u``
+    to the rounding of the scores' magnitude.
     """
     label_scores = scores.gather(1, labels[:, None]).squeeze(1)
     rivals = scores.scatter(1, labels[:, None], -math.inf)

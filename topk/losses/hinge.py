@@ -4,6 +4,10 @@ top-K calibrated hinge of Yang & Koyejo 2020, as written in G22 (eq. 4, Table 1,
 Notation (G22 §3.1): ``top_K(s)`` is the K-th largest entry of ``s``, ``s\\y`` the scores
 without the label's, ``e_y`` the y-th basis vector, ``(·)_+ = max(·, 0)``. All three losses are
 piecewise linear; autograd gives their (sub)gradient, which has at most ``K + 1`` non-zeros.
+All three are invariant to adding a constant to every score of a row; the losses compute them
+on the scores less their row maximum (:meth:`topk.losses.base.TopKLoss.forward`), exact in
+float32 at any score magnitude (at ``1e8`` the unshifted margin ``α + top_K - s_y`` rounded
+``α`` away).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from topk.errors import ConfigError
+from topk.functional.arguments import non_negative
 from topk.losses.base import TopKLoss
 
 
@@ -53,9 +57,7 @@ class _HingeLoss(TopKLoss):
 
     def __init__(self, k: int = 5, alpha: float = 1.0):
         super().__init__(k)
-        if not alpha >= 0:
-            raise ConfigError(f"loss.alpha must be >= 0, got {alpha}.")
-        self.alpha = alpha
+        self.alpha = non_negative("alpha", alpha)
 
     def extra_repr(self) -> str:
         return f"k={self.k}, alpha={self.alpha}"

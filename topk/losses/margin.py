@@ -6,15 +6,16 @@ Both are G22's baselines on Pl@ntNet-300K (G22 Table 1, §4.5). The LDAM margins
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 
-from topk.errors import ConfigError
+from topk.functional.arguments import non_negative, positive
 from topk.losses.base import Loss
-from topk.losses.targets import expected_over_targets, loss_inputs
+from topk.losses.targets import expected_over_targets, loss_inputs, shift_to_row_max
 
 
 def ldam_margins(class_counts: Sequence[int] | None, max_margin: float) -> torch.Tensor:
@@ -24,18 +25,20 @@ def ldam_margins(class_counts: Sequence[int] | None, max_margin: float) -> torch
     largest margin, that of the rarest class, is ``max_margin``.
     """
     if class_counts is None:
-        raise ConfigError(
-            "loss.class_counts is missing: this loss needs the training split's class counts "
-            "(train.py passes them; pass class_counts=[...] when building the loss yourself)."
+        raise ValueError(
+            "class_counts is missing: this loss needs the training split's class counts "
+            "(train.py passes them; pass class_counts=[...] when building the loss yourself)"
         )
-    counts = torch.as_tensor(list(class_counts), dtype=torch.float64)
-    if counts.dim() != 1 or len(counts) == 0 or bool((counts <= 0).any()):
-        raise ConfigError(
-            f"loss.class_counts must be a non-empty list of positive counts, got {list(class_counts)}; "
-            "every class needs at least one training sample."
+    try:
+        counts = torch.as_tensor(list(class_counts), dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        counts = torch.full((1,), math.nan, dtype=torch.float64)  # not numbers: refused below
+    if counts.dim() != 1 or len(counts) == 0 or not bool(((counts > 0) & (counts < math.inf)).all()):
+        raise ValueError(
+            f"class_counts must be a non-empty list of positive counts, got {list(class_counts)}; "
+            "every class needs at least one training sample"
         )
-    if not max_margin >= 0:
-        raise ConfigError(f"loss.max_margin must be >= 0, got {max_margin}.")
+    non_negative("max_margin", max_margin)
     inverse_fourth_roots = counts ** -0.25
     return inverse_fourth_roots * (max_margin / inverse_fourth_roots.max())
 
@@ -47,15 +50,14 @@ def margins_for(margins: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """
     if len(margins) != scores.shape[1]:
         raise ValueError(
-            f"loss.class_counts has {len(margins)} classes but the scores have {scores.shape[1]}; "
+            f"class_counts has {len(margins)} classes but the scores have {scores.shape[1]}; "
             "give the counts of the data set the model is trained on."
         )
     return margins.to(device=scores.device, dtype=scores.dtype)
 
 
 def check_scale(scale: float) -> None:
-    if not scale > 0:
-        raise ConfigError(f"loss.scale must be > 0, got {scale}.")
+    positive("scale", scale)
 
 
 def focal_loss(scores: torch.Tensor, labels: torch.Tensor, gamma: float) -> torch.Tensor:
@@ -68,7 +70,12 @@ def focal_loss(scores: torch.Tensor, labels: torch.Tensor, gamma: float) -> torc
 
 
 def ldam_loss(scores: torch.Tensor, labels: torch.Tensor, margins: torch.Tensor, scale: float) -> torch.Tensor:
-    """Per-sample cross-entropy on ``scale · (s - m_y e_y)``, a ``[B]`` tensor (``margins`` ``[n]``)."""
+    """Per-sample cross-entropy on ``scale · (s - m_y e_y)``, a ``[B]`` tensor (``margins`` ``[n]``).
+
+    Invariant to adding a constant to every score (cross-entropy is, and ``scale`` multiplies the
+    constant too); :class:`LDAMLoss` passes scores shifted to a row maximum of 0, without which
+    float32 scores near ``1e4`` already lose part of the margin ``m_y`` to their rounding (and
+    all of it near ``1e8``)."""
     shifted = scores - F.one_hot(labels, scores.shape[1]).to(scores.dtype) * margins[labels, None]
     return F.cross_entropy(scale * shifted, labels, reduction="none")
 
@@ -94,9 +101,7 @@ class FocalLoss(Loss):
 
     def __init__(self, gamma: float = 2.0):
         super().__init__()
-        if not gamma >= 0:
-            raise ConfigError(f"loss.gamma must be >= 0, got {gamma}.")
-        self.gamma = gamma
+        self.gamma = non_negative("gamma", gamma)
 
     def extra_repr(self) -> str:
         return f"gamma={self.gamma}"
@@ -145,4 +150,4 @@ class LDAMLoss(Loss):
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         per_label = partial(ldam_loss, margins=margins, scale=self.scale)
-        return self.reduce(expected_over_targets(per_label, scores, target))
+        return self.reduce(expected_over_targets(per_label, shift_to_row_max(scores), target))

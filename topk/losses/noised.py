@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from topk.functional.perturbed import check_perturbation, perturbed_topk
 from topk.losses.base import TopKLoss
 from topk.losses.margin import check_scale, ldam_margins, margins_for
-from topk.losses.targets import check_k, loss_inputs
+from topk.losses.targets import check_k, loss_inputs, shift_to_row_max
 
 
 def noised_topk_hinge(
@@ -37,8 +37,15 @@ def noised_topk_hinge(
     ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
     ``generator``, ``noise`` and ``compile`` are passed to ``perturbed_topk``. ``scores`` and
     ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns.
+
+    The loss is invariant to adding a constant to every score of a row (under the same noise,
+    ``top_{K+1}(s + c + εZ) = top_{K+1}(s + εZ) + c``); it is computed on the scores less their
+    row maximum (:func:`~topk.losses.targets.shift_to_row_max`), where the noise ``εZ`` and the
+    margins keep their precision: added to float32 scores near ``1e8`` (rounding unit 8), both
+    would round away.
     """
     check_k(k, scores.shape[1])
+    scores = shift_to_row_max(scores)
     if target.dtype.is_floating_point:
         threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile)
         return (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from topk.errors import ConfigError
+from topk.functional.arguments import non_negative
 from topk.functional.esp import LOG_ZERO, log_esp
 from topk.losses.base import TopKLoss
 from topk.losses.hinge import topk_hinge
-from topk.losses.targets import check_k, expected_over_targets, loss_inputs
+from topk.losses.targets import check_k, expected_over_targets, loss_inputs, shift_to_row_max
 
 
 def smooth_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, tau: float, alpha: float) -> torch.Tensor:
@@ -21,12 +21,14 @@ def smooth_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, tau: flo
                 = τ \,\mathrm{softplus}\big(α/τ + \log σ_k(e) - \log σ_{k-1}(e) - x_y\big).
 
     ``σ(e)`` of every sample comes from one :func:`~topk.functional.esp.log_esp` call on ``x``
-    with ``x_y`` set to ``log 0`` (``e_y = 0`` drops it from every product). ``x`` is shifted by
-    its row maximum first, which leaves the loss unchanged and keeps the log-coefficients small,
-    so that near-ties keep their precision in float32.
+    with ``x_y`` set to ``log 0`` (``e_y = 0`` drops it from every product). The scores are
+    shifted by their row maximum before they are divided by ``kτ``
+    (:func:`~topk.losses.targets.shift_to_row_max`), which leaves the loss unchanged, keeps the
+    log-coefficients small, so that near-ties keep their precision in float32, and keeps the
+    differences of large scores exact (divided first, scores near ``1e8`` lose their
+    differences to the rounding of the quotients).
     """
-    x = scores / (k * tau)
-    x = x - x.detach().amax(dim=1, keepdim=True)
+    x = shift_to_row_max(scores) / (k * tau)
     x_label = x.gather(1, labels[:, None]).squeeze(1)
     log_sigma = log_esp(x.scatter(1, labels[:, None], LOG_ZERO), k)
     margin = alpha / tau + log_sigma[:, k] - log_sigma[:, k - 1] - x_label
@@ -42,9 +44,10 @@ def hard_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, alpha: flo
 
     .. math:: l_k(s, y) = \big(α + (s_{\setminus y, [k]} - s_y) / k\big)_+,
 
-    Lapin's top-k hinge on the scores divided by ``k`` (:func:`topk.losses.hinge.topk_hinge`).
+    Lapin's top-k hinge on the scores divided by ``k`` (:func:`topk.losses.hinge.topk_hinge`),
+    shifted by their row maximum first (exact for large scores, as in :func:`smooth_topk_svm`).
     """
-    return topk_hinge(scores / k, labels, k, alpha)
+    return topk_hinge(shift_to_row_max(scores) / k, labels, k, alpha)
 
 
 class SmoothTopKSVM(TopKLoss):
@@ -80,12 +83,8 @@ class SmoothTopKSVM(TopKLoss):
 
     def __init__(self, k: int = 5, tau: float = 1.0, alpha: float = 1.0):
         super().__init__(k)
-        if not tau >= 0:
-            raise ConfigError(f"loss.tau must be >= 0 (0 is the non-smooth top-k SVM), got {tau}.")
-        if not alpha >= 0:
-            raise ConfigError(f"loss.alpha must be >= 0, got {alpha}.")
-        self.tau = tau
-        self.alpha = alpha
+        self.tau = non_negative("tau", tau, " (0 is the non-smooth top-k SVM)")
+        self.alpha = non_negative("alpha", alpha)
 
     def extra_repr(self) -> str:
         return f"k={self.k}, tau={self.tau}, alpha={self.alpha}"

@@ -8,6 +8,8 @@ its inputs are checked and converted. The contract, the same for every loss of
   ``ValueError`` ("scores must be a [batch, classes] matrix, got shape (5,)").
 - **An empty batch** (``batch = 0``) raises ``ValueError`` ("the batch is empty; ..."): the
   mean over no samples is undefined, and no loss returns NaN or 0 for it.
+- **Devices**: the target must be on the scores' device (``ValueError`` otherwise, rather than
+  torch's own error from inside a loss).
 - **Non-finite scores** (NaN or ±inf anywhere) raise :class:`NonFiniteScoresError`, a
   ``ValueError`` and a :class:`~topk.errors.NonFiniteLossError` (:func:`check_finite`).
 - **Low precision**: float16 and bfloat16 scores are upcast once to float32, the loss is
@@ -18,6 +20,11 @@ its inputs are checked and converted. The contract, the same for every loss of
   (Mixup's soft labels) of any floating dtype, non-negative, with rows summing to 1 (within
   ``1e-4``, or the dtype's rounding unit if larger, e.g. for a bfloat16 target), converted to
   the scores' computation dtype. Boolean targets and out-of-range labels raise ``ValueError``.
+
+**Large scores.** Every loss here is invariant to adding a constant to all the scores of a row,
+and computes on the scores less their row maximum (:func:`shift_to_row_max`): a float32 loss of
+scores near ``1e8`` (a diverged model) is then as exact as one of scores near 0, where the
+unshifted arithmetic would lose every difference below the scores' rounding unit (8 at ``1e8``).
 
 **Where the values are checked.** Shapes and dtypes are checked on every call. The checks of
 values (finite scores, labels in range, probability rows) read the data on the host, which on an
@@ -59,11 +66,15 @@ class NonFiniteScoresError(NonFiniteLossError, ValueError):
     """
 
 
-def check_k(k: int, num_classes: int, name: str = "k") -> None:
-    """Raise if ``k`` is not in ``[1, num_classes - 1]``: top-k with ``k >= n`` is trivial."""
+def check_k(k: int, num_classes: int, name: str = "k", key: str | None = None) -> None:
+    """Raise if ``k`` is not in ``[1, num_classes - 1]``: top-k with ``k >= n`` is trivial.
+
+    The sentence names the argument ``name``, or ``key`` where the caller knows the value by
+    another name (``train.py``'s ``loss.k``, through :func:`check_num_classes_for_k`).
+    """
     if not 1 <= k <= num_classes - 1:
         raise ConfigError(
-            f"loss.{name}={k} must be between 1 and the number of classes minus one "
+            f"{key or name}={k} must be between 1 and the number of classes minus one "
             f"({num_classes - 1}); choose a smaller {name}."
         )
 
@@ -83,19 +94,42 @@ def loss_inputs(scores: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tenso
     return scores, checked_target(scores, target)
 
 
-def check_scores(scores: torch.Tensor) -> None:
-    """Raise unless ``scores`` is a floating-point ``[batch, classes]`` matrix with a sample and a class."""
+def shift_to_row_max(scores: torch.Tensor) -> torch.Tensor:
+    """``scores`` less each row's maximum: every entry ``<= 0``, the largest exactly 0.
+
+    For a loss invariant to adding a constant to every score of a row (all the losses of
+    :mod:`topk.losses`: hinge and max-margin losses, softmax-based ones, the sorters' relaxations),
+    this changes nothing in exact arithmetic, and in floating point it keeps what large scores
+    lose: near ``1e8`` float32 scores are 8 apart at least, so a margin of 1 added to one of them,
+    or a log-sum-exp's ``log Σ e^{s_j - max}`` added to the maximum, rounds away (the top-2
+    hinge of scores ``1e8 + 2·N(0, 1)`` came out 0.5 where it is 1.44). The differences
+    ``s_j - max`` are exact for the scores within a factor 2 of the maximum (Sterbenz's lemma),
+    the ones that matter; the rest enter a loss only
+    through terms that are far smaller or far larger than 1.
+
+    The maximum is detached: the gradient of the shift is ``-(Σ_j ∂L/∂s_j) · ∂max/∂s``, and
+    ``Σ_j ∂L/∂s_j = 0`` for a shift-invariant ``L``, so dropping it leaves the gradient exact.
+    One ``amax`` and one subtraction; nothing is read on the host.
+    """
+    return scores - scores.detach().amax(dim=1, keepdim=True)
+
+
+def check_scores(scores: torch.Tensor, name: str = "scores") -> None:
+    """Raise unless ``scores`` is a floating-point ``[batch, classes]`` matrix with a sample and a
+    class (``name``: the argument's name in the message). Shapes and dtype only: nothing is read."""
+    if not isinstance(scores, torch.Tensor):
+        raise ValueError(f"{name} must be a [batch, classes] tensor, got {type(scores).__name__}")
     if scores.dim() != 2:
-        raise ValueError(f"scores must be a [batch, classes] matrix, got shape {tuple(scores.shape)}")
+        raise ValueError(f"{name} must be a [batch, classes] matrix, got shape {tuple(scores.shape)}")
     if not scores.dtype.is_floating_point:
-        raise ValueError(f"scores must be floating point, got dtype {scores.dtype}")
+        raise ValueError(f"{name} must be floating point, got dtype {scores.dtype}")
     batch, num_classes = scores.shape
     if batch == 0:
         raise ValueError(
-            f"the batch is empty; a loss needs at least one sample, got scores of shape {tuple(scores.shape)}"
+            f"the batch is empty; {name} must hold at least one sample, got shape {tuple(scores.shape)}"
         )
     if num_classes == 0:
-        raise ValueError(f"scores must have at least one class, got shape {tuple(scores.shape)}")
+        raise ValueError(f"{name} must have at least one class, got shape {tuple(scores.shape)}")
 
 
 def check_finite(scores: torch.Tensor) -> None:
@@ -124,17 +158,32 @@ def checked_target(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def check_labels(scores: torch.Tensor, labels: torch.Tensor) -> None:
     """Raise unless ``labels`` is an integer vector ``[B]`` of class indices for ``scores`` (the
     range is checked only where :func:`~topk.sync.reads_are_free`)."""
-    batch, num_classes = scores.shape
+    if not isinstance(labels, torch.Tensor):
+        raise ValueError(f"labels must be a tensor of class indices, got {type(labels).__name__}")
     if labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
         raise ValueError(f"labels must be integers, got dtype {labels.dtype}")
+    batch = scores.shape[0]
     if labels.shape != (batch,):
         raise ValueError(f"labels must have shape [{batch}] to match the scores, got {tuple(labels.shape)}")
-    if not reads_are_free(labels):
-        return
+    check_same_device(scores, labels, "labels")
+    if reads_are_free(labels):
+        check_label_range(labels, scores.shape[1])
+
+
+def check_label_range(labels: torch.Tensor, num_classes: int) -> None:
+    """Raise unless every label is in ``[0, num_classes)`` (reads the labels on the host)."""
     out_of_range = (labels < 0) | (labels >= num_classes)
     if bool(out_of_range.any()):
         bad = labels[out_of_range][0].item()
-        raise ValueError(f"label {bad} is out of range for {num_classes} classes (0 to {num_classes - 1})")
+        raise ValueError(
+            f"labels must be class indices from 0 to {num_classes - 1} ({num_classes} classes), got {bad}"
+        )
+
+
+def check_same_device(scores: torch.Tensor, other: torch.Tensor, name: str) -> None:
+    """Raise unless ``other`` (the argument ``name``) is on the scores' device (no read)."""
+    if other.device != scores.device:
+        raise ValueError(f"{name} must be on the scores' device {scores.device}, got {other.device}")
 
 
 def check_probabilities(scores: torch.Tensor, target: torch.Tensor) -> None:
@@ -150,6 +199,7 @@ def check_probabilities(scores: torch.Tensor, target: torch.Tensor) -> None:
             f"a probability target must have the scores' shape {tuple(scores.shape)}, "
             f"got {tuple(target.shape)}"
         )
+    check_same_device(scores, target, "a probability target")
     if not reads_are_free(target):
         return
     if bool((target < 0).any()):
@@ -162,11 +212,17 @@ def check_probabilities(scores: torch.Tensor, target: torch.Tensor) -> None:
         )
 
 
-def check_num_classes_for_k(module: torch.nn.Module, num_classes: int) -> None:
-    """Check a loss's ``k`` (if it has one) against the data set's class count."""
+def check_num_classes_for_k(module: torch.nn.Module, num_classes: int, prefix: str = "loss.") -> None:
+    """Check a loss's values that depend on the class count (its ``k``, if it has one, and
+    whatever its own ``check_num_classes(num_classes, prefix)`` checks) against the data set's
+    class count before training. ``train.py`` calls it: the sentence names the values by their
+    config keys, ``prefix`` (``loss.``) and the argument's name (``loss.k=6 must be …``)."""
     k = getattr(module, "k", None)
     if k is not None:
-        check_k(k, num_classes)
+        check_k(k, num_classes, key=f"{prefix}k")
+    check = getattr(module, "check_num_classes", None)
+    if check is not None:
+        check(num_classes, prefix)
 
 
 def expected_over_targets(per_label_loss, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

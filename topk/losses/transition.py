@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from topk.losses.base import TopKLoss
-from topk.losses.targets import check_k, loss_inputs
+from topk.losses.targets import check_k, loss_inputs, shift_to_row_max
 
 
 def topk_membership(scores: torch.Tensor, target: torch.Tensor, k: int) -> torch.Tensor:
@@ -36,8 +36,15 @@ def topk_grouping_terms(scores: torch.Tensor, target: torch.Tensor, k: int):
     labels take a shortcut with no sort (see :func:`_hard_label_terms`); a probability target
     takes the general form of eq. 5. Both follow the tie rule of :func:`topk_membership`.
     ``scores`` and ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns.
+
+    The terms are invariant to adding a constant to every score of a row (they depend on ``q``
+    alone) and are computed on the scores less their row maximum
+    (:func:`~topk.losses.targets.shift_to_row_max`): unshifted, ``logsumexp(s) - s_y`` of float32
+    scores near ``1e8`` loses the log-sum-exp's ``log Σ e^{s_j - max}`` to the rounding of the
+    maximum, and the loss became 2 where it is about 3.4.
     """
     check_k(k, scores.shape[1])
+    scores = shift_to_row_max(scores)
     if target.dtype.is_floating_point:
         return _soft_target_terms(scores, target, k)
     return _hard_label_terms(scores, target, k)

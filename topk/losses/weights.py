@@ -61,8 +61,8 @@ class ClassWeighted(nn.Module):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         if len(self.weights) != scores.shape[-1]:
-            raise ConfigError(f"loss.class_weights has {len(self.weights)} weights but the scores "
-                              f"have {scores.shape[-1]} classes; give one weight per class.")
+            raise ConfigError(f"weights has {len(self.weights)} entries but the scores have "
+                              f"{scores.shape[-1]} classes; give one weight per class.")
         per_sample = self.loss(scores, target)
         weights = self.weights.to(per_sample.dtype)
         if target.dtype.is_floating_point:
