@@ -80,3 +80,16 @@ def test_a_linear_head_trains_on_embeddings(tmp_path):
     record = read_record(run_dir)
     assert record["status"] == "completed" and record["dataset"] == "embeddings"
     assert record["params"]["model.bias"] is True and record["params"]["trainer.batch_size"] == 16
+
+
+def test_every_loss_default_trains_on_ten_class_embeddings(tmp_path):
+    """A loss's defaults work on every data set: P22's top-m truncation m = 16 comes with its
+    experiment, not with the embeddings data set, so ten classes train with diffsort's own m."""
+    write(tmp_path / "emb", "train", n=40, width=6, classes=10)
+    write(tmp_path / "emb", "test", n=20, width=6, classes=10, seed=1)
+    run_dir = tmp_path / "run"
+    run_in_process(run_dir, ["dataset=embeddings", f"dataset.root={tmp_path / 'emb'}",
+                             "trainer.epochs=1", "trainer.batch_size=20", "loss=diffsort_topk_ce",
+                             "loss.sorter=neuralsort"])
+    record = read_record(run_dir)
+    assert record["status"] == "completed" and record["params"]["loss.m"] is None
