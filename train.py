@@ -65,6 +65,7 @@ from topk.run_dir import (
     acquire_lock,
     check_run_dir,
     claim,
+    file_in_place_of_folder,
     finished_without_checkpoint,
     prune_checkpoints,
     run_params,
@@ -196,12 +197,17 @@ def build_augment(node: DictConfig, splits):
 
 
 def check_output_dir(run_dir: Path) -> None:
+    """One sentence, before anything is written, if the run directory cannot be written or a
+    file stands where the run keeps one of its folders."""
     reason = unwritable_reason(run_dir)
     if reason is not None:
         raise ConfigError(
             f"the output directory {run_dir} cannot be written ({reason}); "
             "choose another with hydra.run.dir=... (or hydra.sweep.dir=... for -m)."
         )
+    misplaced = file_in_place_of_folder(run_dir)
+    if misplaced is not None:
+        raise ConfigError(f"{misplaced} with hydra.run.dir=... (or hydra.sweep.dir=... for -m).")
 
 
 def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, image_augment, normalize,

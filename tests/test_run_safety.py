@@ -247,3 +247,19 @@ def test_a_resumed_sweep_into_a_missing_directory_is_refused(tmp_path):
                                          r"exist; give the directory of the sweep to continue with "
                                          r"hydra.sweep.dir=PATH, or leave out trainer.resume\.$")
     assert not (tmp_path / "typo").exists() and snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("name,holds", [("tb", "TensorBoard events"), ("checkpoints", "checkpoints")])
+def test_a_file_where_the_run_keeps_a_folder_is_one_sentence(tmp_path, name, holds):
+    run_dir = finished_run(tmp_path / "run")
+    target = run_dir / name
+    if target.is_dir():
+        for path in sorted(target.rglob("*"), reverse=True):
+            path.unlink() if path.is_file() else path.rmdir()
+        target.rmdir()
+    target.write_text("not a folder")
+    files = snapshot(run_dir)
+    code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true", "trainer.epochs=4"])
+    assert_one_sentence(code, stderr, 1, rf"{name} is a file where the run keeps its {holds} folder; "
+                        "move that file away")
+    assert snapshot(run_dir) == files

@@ -19,6 +19,7 @@ from topk.distributed import from_environment
 from topk.errors import TopkError
 from topk.run_dir import (
     check_run_dir,
+    file_in_place_of_folder,
     mark_stopped_runs,
     record_status,
     run_params,
@@ -142,6 +143,9 @@ class CheckOutputDir(Callback):
         if not from_environment().is_main:
             return
         run_dir = Path(config.hydra.run.dir)
+        misplaced = file_in_place_of_folder(run_dir)
+        if misplaced is not None:
+            _stop(f"{misplaced} with hydra.run.dir=PATH.")
         try:
             check_run_dir(run_dir, run_params(config), bool(config.trainer.resume))
         except TopkError as error:

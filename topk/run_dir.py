@@ -63,6 +63,19 @@ def run_params(cfg: DictConfig) -> dict:
     return flatten(OmegaConf.to_container(task, resolve=True))
 
 
+RUN_FOLDERS = {"checkpoints": "checkpoints", "tb": "TensorBoard events"}  # folders a run writes
+
+
+def file_in_place_of_folder(directory: Path) -> str | None:
+    """One sentence if a file stands where a run keeps one of its folders (it would stop the run
+    later with an ``OSError``), else ``None``."""
+    for name, holds in RUN_FOLDERS.items():
+        if (Path(directory) / name).exists() and not (Path(directory) / name).is_dir():
+            return (f"{Path(directory) / name} is a file where the run keeps its {holds} folder; "
+                    "move that file away, or choose another directory")
+    return None
+
+
 def unwritable_reason(directory: Path) -> str | None:
     """Why ``directory`` cannot be created and written, or ``None`` if it can (found by trying:
     as root, ``os.access`` says yes even for ``/proc``)."""
