@@ -47,7 +47,7 @@ from topk.engine import (
     stop_requests,
 )
 from topk.errors import ConfigError, RunRefused, TopkError
-from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
+from topk.hydra_callbacks import check_seed, close_interrupted_sweep, note_refused_run
 from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
@@ -408,6 +408,7 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    check_seed(cfg.seed)  # a sweep's job (a single run's seed is checked before Hydra writes)
     distributed = dist_setup.from_environment()
     run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
     record = base_record(cfg, hydra_cfg.runtime.choices, run_provenance)

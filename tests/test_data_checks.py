@@ -38,6 +38,13 @@ def test_an_empty_plantnet_test_split_is_refused_not_scored_zero(tmp_path):
             lambda: plantnet(0, root, check_images=False))
 
 
+@pytest.mark.parametrize("sizes", [{"image_size": 0}, {"resize_size": -3}, {"image_size": 2.5}])
+def test_image_sizes_must_be_whole_positive_pixels(tmp_path, sizes):
+    root = write_plantnet(tmp_path / "p")[0]
+    refused(r"(image_size|dataset.resize_size) must be a whole number of pixels of at least 1, got",
+            lambda: plantnet(0, root, check_images=False, **sizes))
+
+
 def test_an_empty_training_class_folder_is_refused_naming_the_class(tmp_path):
     root, species, _, _ = write_plantnet(tmp_path / "p")
     shutil.rmtree(root / "images" / "train" / species[2])

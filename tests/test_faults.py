@@ -111,7 +111,25 @@ BAD_VALUES = [
     (["trainer.selection_metric=test/top1"], r"would choose the model on the test split"),
     (["loss=smooth_svm", "loss.k=6"], r"loss.k=6 must be between 1 and the number of classes minus one"),
     (["optim.lrr=0.1"], r"Could not override 'optim.lrr'|optim cannot be built"),
+    (["trainer.device=gpu"], r"trainer.device=gpu is not a device this framework trains on; choose auto, cpu, cuda or cuda:N"),
 ]
+
+
+@pytest.mark.parametrize("seed", ["99999999999999999999999", "-1", "abc", "1.5"])
+def test_a_bad_seed_is_one_sentence_before_anything_is_written(tmp_path, seed):
+    run_dir = tmp_path / "run"
+    code, stderr = run_main([f"seed={seed}", f"hydra.run.dir={run_dir}"])
+    assert_one_sentence(code, stderr, 1, r"seed must be a whole number from 0 to 2\*\*63 - 1, got")
+    assert not run_dir.exists()
+
+
+def test_zero_parallel_jobs_is_one_sentence(tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    code, stderr = run_main(["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=0", "seed=0,1",
+                             f"hydra.sweep.dir={sweep_dir}"])
+    assert_one_sentence(code, stderr, 1, r"hydra.launcher.n_jobs must be a whole number of runs at once "
+                        r"other than 0 \(-1: one per CPU core\), got 0")
+    assert not sweep_dir.exists()
 
 
 @pytest.mark.parametrize("args,pattern", BAD_VALUES, ids=[" ".join(args) for args, _ in BAD_VALUES])

@@ -16,7 +16,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from topk.distributed import from_environment
-from topk.errors import TopkError
+from topk.errors import ConfigError, TopkError
 from topk.run_dir import (
     check_run_dir,
     file_in_place_of_folder,
@@ -142,6 +142,10 @@ class CheckOutputDir(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
+        try:
+            check_seed(config.seed)
+        except TopkError as error:
+            _stop(str(error))
         run_dir = Path(config.hydra.run.dir)
         misplaced = file_in_place_of_folder(run_dir)
         if misplaced is not None:
@@ -156,6 +160,10 @@ class CheckOutputDir(Callback):
         if not from_environment().is_main:
             return
         sweep_dir = Path(config.hydra.sweep.dir)
+        n_jobs = (config.hydra.get("launcher") or {}).get("n_jobs")
+        if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0):
+            _stop(f"hydra.launcher.n_jobs must be a whole number of runs at once other than 0 (-1: "
+                  f"one per CPU core), got {n_jobs!r}.")
         held = sum(sweep_statuses(sweep_dir).values()) if sweep_dir.is_dir() else 0
         if held and not config.trainer.resume:
             _stop(f"{sweep_dir} already holds {_runs(held)}; continue them with trainer.resume=true, "
@@ -201,6 +209,15 @@ def sweep_problems(failed: int, running: int, refused: int) -> list[str]:
                   f"{'they were' if plural else 'it was'} (the errors above say why)"),
     ]
     return [clause for count, clause in clauses if count]
+
+
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit seed
+
+
+def check_seed(seed) -> None:
+    """One sentence for a seed that is not a whole number torch can be seeded with."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ConfigError(f"seed must be a whole number from 0 to 2**63 - 1, got {seed!r}.")
 
 
 def sweep_values(params) -> dict[str, list]:

@@ -69,6 +69,14 @@ class ImageFileSplits(DataSplits):
     marginal_k: int = 5
     class_names: list[str] = field(default_factory=list)
 
+    def __post_init__(self):
+        super().__post_init__()
+        for name in ("image_size", "resize_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{'image_size' if name == 'image_size' else 'dataset.resize_size'}"
+                                  f" must be a whole number of pixels of at least 1, got {value!r}.")
+
     @property
     def input_shape(self) -> tuple[int, ...]:
         return (3, self.image_size, self.image_size)
