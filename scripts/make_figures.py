@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topk.errors import TopkError  # noqa: E402
-from topk.report.figures import FIGURE_IDS, make_figure  # noqa: E402
-from topk.report.runs import best_sweep_dir  # noqa: E402
+from topk.report.figures import FIGURE_IDS, build_figure, write_figure  # noqa: E402
+from topk.report.runs import best_sweep  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -44,8 +44,8 @@ def main(argv=None) -> int:
     if chosen and args.experiment != "s20_cifar":
         parser.error("--model, --augment and --selection choose a panel of s20_cifar only")
     try:
-        sweep_dir = args.sweep_dir or best_sweep_dir(args.outputs, args.experiment)
-        files = make_figure(args.experiment, sweep_dir, args.out, **chosen)
+        sweep = None if args.sweep_dir else best_sweep(args.outputs, args.experiment)
+        files = write_figure(build_figure(args.experiment, args.sweep_dir, sweep, **chosen), args.out)
     except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
         print(f"Error: {error}", file=sys.stderr)
         return 1

@@ -153,13 +153,13 @@ def test_a_stale_lock_is_taken_over(tmp_path):
 
 
 def test_a_lock_from_another_host_is_refused_until_deleted(tmp_path):
-    run_dir = finished_run(tmp_path / "shared")
+    run_dir = finished_run(tmp_path / "remote")
     write_lock(run_dir, 1234, "elsewhere.example")
     before = snapshot(run_dir)
     code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true", "trainer.epochs=3"])
-    assert_one_sentence(code, stderr, 1, rf"^Error: \S+/shared is locked by a run of pid 1234 on host "
+    assert_one_sentence(code, stderr, 1, rf"^Error: \S+/remote is locked by a run of pid 1234 on host "
                                          rf"elsewhere.example, which cannot be checked from {socket.gethostname()}; "
-                                         r"wait for that run to end, or if it is dead delete \S+/shared/run.lock "
+                                         r"wait for that run to end, or if it is dead delete \S+/remote/run.lock "
                                          r"and run again")
     assert snapshot(run_dir) == before
     (run_dir / "run.lock").unlink()

@@ -71,11 +71,10 @@ class ImageFileSplits(DataSplits):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("image_size", "resize_size"):
+        for name, key in (("image_size", "image_size"), ("resize_size", "dataset.resize_size")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{'image_size' if name == 'image_size' else 'dataset.resize_size'}"
-                                  f" must be a whole number of pixels of at least 1, got {value!r}.")
+                raise ConfigError(f"{key} must be a whole number of pixels of at least 1, got {value!r}.")
 
     @property
     def input_shape(self) -> tuple[int, ...]:

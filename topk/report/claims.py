@@ -11,6 +11,7 @@ import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from topk.report.protocol import normalise, shown
@@ -21,6 +22,7 @@ from topk.report.verdicts import (
     UNDECIDED,
     beats,
     combine,
+    half_width,
     not_beaten,
     paired_difference,
 )
@@ -53,8 +55,10 @@ def compare(label: str, a: pd.Series, b: pd.Series, how: Callable = beats) -> Co
 
 def at_most(label: str, values: pd.Series, bound: float) -> Comparison:
     """Whether the mean of ``values`` is at most ``bound`` (its 95 % interval decides)."""
-    zero = pd.Series(0.0, index=values.index)
-    mean, half, n = paired_difference(values, zero)
+    values = values.dropna().to_numpy(dtype=float)
+    n = len(values)
+    mean = float(values.mean()) if n else math.nan
+    half = half_width(float(np.std(values, ddof=1)), n) if n > 1 else math.nan
     if n < 2 or math.isnan(half):
         return Comparison(label, UNDECIDED, mean, half, n)
     verdict = HOLDS if mean + half <= bound else FAILS if mean - half > bound else UNDECIDED

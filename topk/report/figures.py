@@ -460,14 +460,17 @@ FIGURES = {**{name: lambda sweep, name=name: s20_synthetic(name, sweep) for name
 FIGURE_IDS = tuple(FIGURES)
 
 
-def build_figure(figure_id: str, sweep_dir: Path, **panel):
-    """``(matplotlib figure, its FigureText)`` of one figure of ``sweep_dir``; ``panel``
-    (``model``, ``augment``, ``selection``) chooses a panel of ``s20_cifar``."""
+def build_figure(figure_id: str, sweep_dir: Path | None = None, sweep: Sweep | None = None,
+                 **panel):
+    """``(matplotlib figure, its FigureText)`` of one figure of ``sweep`` (already read), else of
+    ``sweep_dir``; ``panel`` (``model``, ``augment``, ``selection``) chooses a panel of
+    ``s20_cifar``."""
     if figure_id not in FIGURES:
         raise ValueError(f"unknown figure {figure_id!r}; choose one of {', '.join(FIGURES)}")
     if panel and figure_id != "s20_cifar":
         raise ValueError(f"{', '.join(panel)} select a panel of s20_cifar only, not {figure_id}")
-    return FIGURES[figure_id](read_sweep(sweep_dir, figure_id), **panel)
+    return FIGURES[figure_id](sweep if sweep is not None else read_sweep(sweep_dir, figure_id),
+                              **panel)
 
 
 def write_figure(built: tuple, out_dir: Path) -> dict[str, Path]:

@@ -185,17 +185,16 @@ def build_outputs(item: Item, page_dir: Path) -> None:
     """The item's tables and figures, written beside the page, as HTML parts of it; their
     verdicts are the item's."""
     smoke = item.status == "smoke"
-    sweep_dir = item.source if item.sweep is not None else None
     bench_file = item.source if item.sweep is None else None
-    if item.id in TABLE_IDS:
-        table, files = make_table(item.id, page_dir / "tables", sweep_dir=sweep_dir,
+    if item.id in TABLE_IDS:  # the sweep already read and compared with its protocol
+        table, files = make_table(item.id, page_dir / "tables", sweep=item.sweep,
                                   bench_file=bench_file)
         formats = " · ".join(link(path, kind, page_dir) for kind, path in files.items())
         item.parts += [f"<h3>{html.escape(table.title)}</h3>", f'<p class="meta">{formats}</p>',
                        *sections_html(table, smoke)]
         item.verdicts += table.verdicts
     if item.id in FIGURES:
-        built = build_figure(item.id, sweep_dir)
+        built = build_figure(item.id, sweep=item.sweep)
         files, text = write_figure(built, page_dir / "figures"), built[1]
         formats = " · ".join(link(path, kind, page_dir) for kind, path in files.items())
         item.parts += [f"<h3>{html.escape(text.title)}</h3>",

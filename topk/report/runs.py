@@ -202,11 +202,15 @@ def find_sweeps(roots, experiment: str) -> tuple[list[Sweep], list[str]]:
     return sorted(sweeps, key=sweep_rank, reverse=True), refused
 
 
-def best_sweep_dir(outputs: Path, experiment: str) -> Path:
-    """The best sweep of ``experiment`` under ``<outputs>/sweeps/`` (:func:`sweep_rank`)."""
+def best_sweep(outputs: Path, experiment: str) -> Sweep:
+    """The best sweep of ``experiment`` under ``<outputs>/sweeps/`` (:func:`sweep_rank`), read."""
     sweeps, _ = find_sweeps([outputs], experiment)
     if not sweeps:
         raise FileNotFoundError(f"no sweep of {experiment} with a run record under "
                                 f"{Path(outputs) / 'sweeps' / experiment}; run "
                                 f"`python train.py -m +experiment={experiment}` first.")
-    return sweeps[0].path
+    return sweeps[0]
+
+
+def best_sweep_dir(outputs: Path, experiment: str) -> Path:
+    return best_sweep(outputs, experiment).path

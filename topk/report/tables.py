@@ -29,7 +29,7 @@ from topk.report.cells import (
 from topk.report.render import Table, write_table
 from topk.report.runs import (
     Sweep,
-    best_sweep_dir,
+    best_sweep,
     column,
     number,
     objects,
@@ -380,9 +380,9 @@ def shown(cells: pd.DataFrame) -> bool:
 
 
 def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Path("outputs"),
-                bench_file: Path | None = None) -> Table:
-    """One table from ``sweep_dir`` (default: the best ``<outputs>/sweeps/<id>/*``,
-    :func:`topk.report.runs.sweep_rank`), ``b18_speed``
+                bench_file: Path | None = None, sweep: Sweep | None = None) -> Table:
+    """One table from ``sweep`` (already read), else ``sweep_dir`` (default: the best
+    ``<outputs>/sweeps/<id>/*``, :func:`topk.report.runs.sweep_rank`), ``b18_speed``
     from ``bench_file`` (default ``<outputs>/bench/losses.json``); FileNotFoundError or
     ConfigError name what to run or fix. Wide sections: one per metric if the paper splits them."""
     if table_id == "b18_speed":
@@ -392,7 +392,8 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
     if table_id not in TABLES:
         raise ValueError(f"unknown table {table_id!r}; choose one of {', '.join(TABLE_IDS)}")
     spec = TABLES[table_id]
-    sweep = read_sweep(sweep_dir or best_sweep_dir(outputs, table_id), table_id)
+    if sweep is None:
+        sweep = read_sweep(sweep_dir, table_id) if sweep_dir else best_sweep(outputs, table_id)
     cells = cell_table(spec, sweep)
     metrics = [m for m in spec.metrics if not cells.empty and shown(cells[cells["metric"] == m])]
     cells = cells[cells["metric"].isin(metrics)] if metrics else cells.iloc[0:0]

@@ -79,12 +79,10 @@ def beats(a: pd.Series, b: pd.Series) -> str:
 
 def not_beaten(a: pd.Series, b: pd.Series) -> str:
     """Whether ``a`` is at least as good as ``b``: ``b`` does not beat it."""
-    verdict = beats(b, a)
-    return FAILS if verdict == HOLDS else HOLDS if verdict == FAILS or _two(a, b) else UNDECIDED
-
-
-def _two(a: pd.Series, b: pd.Series) -> bool:
-    return paired_difference(a, b)[2] >= 2
+    mean, half, n = paired_difference(b, a)
+    if n < 2 or math.isnan(half):
+        return UNDECIDED
+    return FAILS if mean - half > 0 else HOLDS
 
 
 def combine(verdicts) -> str:
