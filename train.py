@@ -27,7 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 
 from topk import distributed as dist_setup
@@ -47,7 +47,7 @@ from topk.engine import (
     stop_requests,
 )
 from topk.errors import ConfigError, RunRefused, TopkError
-from topk.hydra_callbacks import check_seed, close_interrupted_sweep, note_refused_run
+from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
 from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import weigh_classes, without_class_weights
 from topk.metrics import clip_ks
@@ -61,7 +61,6 @@ from topk.records import (
     write_results,
 )
 from topk.run_dir import (
-    KEPT_CHECKPOINTS,
     acquire_lock,
     check_run_dir,
     claim,
@@ -71,14 +70,14 @@ from topk.run_dir import (
     run_params,
     unwritable_reason,
 )
+from topk.schema import check_config
+from topk.schema import store as schema_store
 
 log = logging.getLogger("train")
 CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
 
-# ``${if_null:${experiment},multirun}`` in conf/train.yaml: a sweep without +experiment goes to
-# outputs/sweeps/multirun/ (``oc.select`` falls back only for a missing key, and ``experiment`` is
-# a null one: its sweeps went to outputs/sweeps/None/).
-OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value, replace=True)
+CONF_DIR = CODE_DIR / "conf"
+schema_store.register()  # the typed schema of every config group, before Hydra composes conf/
 
 
 def seed_everything(seed: int) -> None:
@@ -130,48 +129,12 @@ def build(node: DictConfig, group: str, *args, **kwargs):
     raise ConfigError(f"{group} cannot be built ({refusal}); check the {group}.* values.") from None
 
 
-# trainer.* values that must be positive whole numbers, and what null means where it is allowed
-POSITIVE_TRAINER_VALUES = {
-    "epochs": None,
-    "batch_size": "null trains on the full batch",
-    "eval_batch_size": "null evaluates a split at once",
-    "eval_every": None,
-    "checkpoint_every": None,
-    "limit_batches": "null for no limit",
-}
-
-
-def _is_whole(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_trainer(cfg: DictConfig) -> None:
-    """One sentence for a ``trainer.*`` value (or the top-level ``k``) of the wrong kind, before
-    anything is built."""
-    if not _is_whole(cfg.k) or cfg.k < 1:
-        raise ConfigError(f"k must be a whole number of at least 1, got {cfg.k!r}.")
-    trainer = cfg.trainer
-    for name, null_meaning in POSITIVE_TRAINER_VALUES.items():
-        value = trainer.get(name)
-        if (value is None and null_meaning) or (_is_whole(value) and value >= 1):
-            continue
-        allowed = f" ({null_meaning})" if null_meaning else ""
-        alternative = " or null" if null_meaning else ""
-        raise ConfigError(f"trainer.{name} must be a whole number of at least 1{alternative}{allowed}, got {value!r}.")
-    if not _is_whole(trainer.num_workers) or trainer.num_workers < 0:
-        raise ConfigError(f"trainer.num_workers must be a whole number of at least 0, got {trainer.num_workers!r}.")
-    ks = trainer.ks
-    if not OmegaConf.is_list(ks) or not ks or not all(_is_whole(k) and k >= 1 for k in ks):
-        raise ConfigError(f"trainer.ks must be a list of whole numbers of at least 1, e.g. [1,5], got {ks!r}.")
-    if trainer.keep_checkpoints not in KEPT_CHECKPOINTS:
-        raise ConfigError(
-            f"trainer.keep_checkpoints must be one of {', '.join(KEPT_CHECKPOINTS)}, got {trainer.keep_checkpoints!r}."
-        )
-    if str(trainer.selection_metric).startswith("test/"):
-        raise ConfigError(
-            f"trainer.selection_metric={trainer.selection_metric} would choose the model on the "
-            "test split; choose on a validation metric (val/...) or use last."
-        )
+def check_study_k(k: int, num_classes: int) -> None:
+    """The top-level ``k`` (the K of the study, always reported) must not exceed the class count:
+    beyond it there is no top-K accuracy to report or select on."""
+    if k > num_classes:
+        raise ConfigError(f"k={k} is more than the {num_classes} classes of this data set, so there is "
+                          f"no top-{k} accuracy; choose k of at most {num_classes}.")
 
 
 def data_arguments(node: DictConfig, splits) -> dict:
@@ -297,7 +260,6 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     trainer = cfg.trainer
     if trainer.num_threads:
         torch.set_num_threads(int(trainer.num_threads))
-    check_trainer(cfg)
     device = device or resolve_device(trainer.device)
     dist_setup.check_global_batch(trainer.batch_size, distributed)
     seed = int(cfg.seed)
@@ -306,6 +268,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     splits = build(cfg.dataset, "dataset", seed=seed)
     if distributed.is_main:
         splits.record_run_facts(run_dir, record)
+    check_study_k(int(cfg.k), splits.num_classes)
     loss_node, class_weights = without_class_weights(cfg.loss)
     loss_fn = build(loss_node, "loss", **data_arguments(loss_node, splits))
     check_num_classes_for_k(loss_fn, splits.num_classes)
@@ -408,7 +371,7 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    check_seed(cfg.seed)  # a sweep's job (a single run's seed is checked before Hydra writes)
+    check_config(cfg)  # the schema (checked before Hydra wrote anything, unless another sweeper made cfg)
     distributed = dist_setup.from_environment()
     run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
     record = base_record(cfg, hydra_cfg.runtime.choices, run_provenance)
@@ -528,7 +491,18 @@ def no_space_sentence(error: OSError) -> str:
             "files: trainer.keep_checkpoints=best or none keeps fewer) and continue with trainer.resume=true.")
 
 
-if __name__ == "__main__":
+def exit_on_composition_problem(argv: list[str]) -> None:
+    """Compose the command line's config before Hydra does: a mistyped key, a value of the wrong
+    type or an unknown option stops here with one sentence (:mod:`topk.schema`), nothing written."""
+    problem = schema_store.command_line_problem(argv, CONF_DIR, "train")
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
+        sys.exit(1)
+
+
+def cli() -> None:
+    """``python train.py ...``: the command line checked against the schema, then :func:`main`."""
+    exit_on_composition_problem(sys.argv[1:])
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)
     # Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too
@@ -540,3 +514,7 @@ if __name__ == "__main__":
             print("Interrupted: the records say where each run stopped; the same command with "
                   "trainer.resume=true continues it.", file=sys.stderr)
             sys.exit(130)
+
+
+if __name__ == "__main__":
+    cli()

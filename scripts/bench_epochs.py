@@ -73,6 +73,9 @@ from omegaconf import OmegaConf, open_dict
 
 from topk.hydra_callbacks import sweep_values
 from topk.losses.weights import without_class_weights
+from topk.schema.store import register
+
+register()  # the config groups' schemas, which conf/ names in its defaults lists
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -54,6 +54,9 @@ from topk.functional.esp import log_esp_summation, log_space_esp
 from topk.losses.margin import margins_for
 from topk.losses.noised import noised_topk_hinge
 from topk.losses.weights import without_class_weights
+from topk.schema.store import register
+
+register()  # the config groups' schemas, which conf/ names in its defaults lists
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -50,6 +50,9 @@ from topk.engine import FitSettings, fit
 from topk.losses.weights import without_class_weights
 from topk.models.densenet import CifarDenseNet
 from topk.records import find_results
+from topk.schema.store import register
+
+register()  # the config groups' schemas, which conf/ names in its defaults lists
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPERIMENTS = ("s20_exp1", "s20_exp2", "s20_exp3")

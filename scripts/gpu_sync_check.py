@@ -29,6 +29,9 @@ from hydra.utils import get_class, instantiate
 
 from topk.data.transforms import Normalize
 from topk.losses.weights import without_class_weights
+from topk.schema.store import register
+
+register()  # the config groups' schemas, which conf/ names in its defaults lists
 
 ROOT = Path(__file__).resolve().parents[1]
 

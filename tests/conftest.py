@@ -13,10 +13,13 @@ from hydra.core.global_hydra import GlobalHydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import open_dict
 
+from topk.schema.store import register
+
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
 sys.path.insert(0, str(ROOT))  # train.py lives at the top level, beside conf/
+register()  # the config groups' schemas, which conf/ names in its defaults lists
 
 
 def compose_config(overrides=(), return_hydra_config=False):

@@ -34,7 +34,7 @@ ORACLE = ["model=linear", "model._target_=image_data.ColourOracle", "optim=sgd",
 
 
 def oracle_config(ks):
-    return [*SMALL, *ORACLE, f"trainer.ks=[{','.join(map(str, ks))}]"]
+    return [*SMALL, *ORACLE, f"trainer.ks=[{','.join(map(str, ks))}]", f"k={max(ks)}"]
 
 
 def flat_predictions(predictions: dict, order: list) -> tuple[list[int], list[int]]:

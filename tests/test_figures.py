@@ -62,26 +62,27 @@ def test_missing_sweep_names_the_command(tmp_path):
 
 def test_sweep_with_a_failing_run_still_makes_the_figure(tmp_path):
     """A real multirun of the S20 experiment at smoke scale (parallel launcher, 2 epochs):
-    runs with a negative sigma fail, leave a failed record, and the figure is still drawn."""
+    runs whose sigma is too wide for the circles' floats (their features are NaN) fail, leave a
+    failed record, and the figure is still drawn."""
     sweep_dir = tmp_path / "sweep"
     result = run_cli([
-        "-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,-1",
+        "-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,1e308",
         "loss=ce,topk_transition", "seed=0", f"hydra.sweep.dir={sweep_dir}",
     ])
     assert result.returncode != 0  # the sweep reports its failure ...
-    assert "dataset.sigma is the width of a class in degrees and must be >= 0" in result.stderr
+    assert "the train split holds NaN or infinite features" in result.stderr
     runs = load_sweep(sweep_dir).runs
     assert sorted(runs["status"]) == ["completed", "completed", "failed", "failed"]
     out = tmp_path / "figures"
     figure = run_cli_script(["s20_exp1", "--sweep-dir", str(sweep_dir), "--out", str(out)])
     assert figure.returncode == 0, figure.stderr  # ... and the table is not broken by it
     table = pd.read_csv(out / "s20_exp1.csv")
-    assert table.set_index(["dataset.sigma", "loss"]).loc[(-1, "ce"), "not_completed"] == 1
+    assert table.set_index(["dataset.sigma", "loss"]).loc[(1e308, "ce"), "not_completed"] == 1
     assert (out / "s20_exp1.png").exists()
     # The same sweep command with trainer.resume=true picks every run up in its own directory.
     before = {record["run_dir"]: record for record in find_results(sweep_dir)}
     again = run_cli([
-        "-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,-1",
+        "-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,1e308",
         "loss=ce,topk_transition", "seed=0", f"hydra.sweep.dir={sweep_dir}", "trainer.resume=true",
     ])
     assert "resumed from" in again.stdout + again.stderr

@@ -11,15 +11,14 @@ import pytest
 import torch
 import torchvision
 from hydra.utils import instantiate
-from omegaconf import OmegaConf
 from torch import nn
 
+from conftest import compose_config
 from topk.errors import ConfigError
 from topk.models.densenet import CifarDenseNet
 from topk.models.heads import CosineClassifier
 from topk.models.resnet import torchvision_densenet121, torchvision_resnet, weights_path
 
-CONF_MODEL = Path(__file__).resolve().parents[1] / "conf" / "model"
 IMAGE_MODELS = ("resnet18", "resnet34", "resnet50", "densenet121", "densenet40_12", "densenet40_40")
 
 
@@ -48,7 +47,7 @@ def offline_hub(tmp_path, monkeypatch):
 @pytest.mark.parametrize("name", IMAGE_MODELS)
 def test_each_config_instantiates_a_model_scoring_cifar_images(name):
     torch.manual_seed(0)
-    model = instantiate(OmegaConf.load(CONF_MODEL / f"{name}.yaml"), num_classes=10, input_shape=(3, 32, 32))
+    model = instantiate(compose_config([f"model={name}"]).model, num_classes=10, input_shape=(3, 32, 32))
     assert _scores(model, (3, 32, 32)).shape == (2, 10)
 
 

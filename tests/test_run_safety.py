@@ -167,7 +167,7 @@ def test_a_lock_from_another_host_is_refused_until_deleted(tmp_path):
 
 
 def test_the_lock_goes_however_the_run_ends(tmp_path):
-    code, stderr = run_main([f"hydra.run.dir={tmp_path / 'failed'}", "trainer.batch_size=0"])
+    code, stderr = run_main([f"hydra.run.dir={tmp_path / 'failed'}", "loss=topk_group", "loss.k=6"])
     assert code == 1 and strict_record(tmp_path / "failed")["status"] == "failed"
     assert not (tmp_path / "failed" / "run.lock").exists()
     refused = finished_run(tmp_path / "refused")

@@ -64,9 +64,10 @@ def test_one_job_per_family_gives_a_record_and_its_table(tmp_path, smoke_data, e
 
 
 def test_a_failed_run_is_counted_and_the_table_still_made(tmp_path, smoke_data):
-    """epsilon = -1 is refused by the loss: that run fails, the other completes, the table shows both."""
+    """epsilon = 1e308 makes the loss infinite: that run fails, the other completes, the table
+    shows both."""
     sweep_dir = tmp_path / "sweep"
-    smoke_sweep("g22_epsilon", sweep_dir, smoke_data, ["loss.epsilon=0.1,-1"])
+    smoke_sweep("g22_epsilon", sweep_dir, smoke_data, ["loss.epsilon=0.1,1e308"])
     statuses = sorted(record["status"] for record in find_results(sweep_dir))
     assert statuses == ["completed", "failed"]
     out = tmp_path / "out"

@@ -229,24 +229,36 @@ def test_class_weights_train_and_are_recorded(run_dir):
     "overrides,message",
     [
         (["loss=topk_group", "loss.k=6"], "loss.k=6 must be between 1 and the number of classes minus one"),
-        (["loss=topk_transition", "loss.k=0"],
-         r"loss cannot be built \(k must be a whole number of at least 1, got 0\); check the loss\.\* values"),
-        (["dataset.sigma=-10"], "dataset.sigma .* must be >= 0, got -10"),
+        (["k=7"], "k=7 is more than the 6 classes of this data set, so there is no top-7 accuracy; "
+                  "choose k of at most 6"),
         (["trainer.selection_metric=val/top1"], "needs a validation split"),
         (["trainer.selection_metric=val/avg5"], "needs a validation split"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
-        (["trainer.selection_metric=test/top1"], "would choose the model on the test split"),
-        (["trainer.keep_checkpoints=last"], "trainer.keep_checkpoints must be one of all, best, none, got 'last'"),
-        (["model=mlp", "model.hidden=0"], "model.hidden must be a positive width"),
         (["augment=cutout"], "crops, flips or cuts out images"),
         (["loss.class_weights=[1,2]"], "loss.class_weights must hold 6 finite non-negative weights"),
     ],
 )
-def test_bad_input_stops_before_training(run_dir, overrides, message):
+def test_bad_input_for_the_data_stops_before_training(run_dir, overrides, message):
     with pytest.raises(ConfigError, match=message):
         run_in_process(run_dir, overrides)
     assert read_record(run_dir)["status"] == "failed"
     assert not (run_dir / "history.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "overrides,message",
+    [
+        (["loss=topk_transition", "loss.k=0"], r"loss.k must be a whole number of at least 1, got 0\.$"),
+        (["dataset.sigma=-10"], r"dataset.sigma must be a finite number of at least 0, got -10.0\.$"),
+        (["trainer.selection_metric=test/top1"], r"never test/, got 'test/top1'\.$"),
+        (["trainer.keep_checkpoints=last"], "trainer.keep_checkpoints must be one of all, best, none, got 'last'"),
+        (["model=mlp", "model.hidden=0"], r"model.hidden must be a whole number of at least 1, got 0\.$"),
+    ],
+)
+def test_a_config_breaking_the_schema_writes_nothing(run_dir, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        run_in_process(run_dir, overrides)
+    assert not any(run_dir.iterdir())
 
 
 def test_cli_bad_input_is_one_sentence_without_traceback(tmp_path):

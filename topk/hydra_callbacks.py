@@ -1,6 +1,6 @@
 """Hydra callbacks used by ``conf/train.yaml``.
 
-This is the one module of the package that imports Hydra; nothing else imports it, so the
+This module and :mod:`topk.schema.store` are the ones of the package that import Hydra, so the
 library itself stays usable without Hydra.
 """
 
@@ -16,7 +16,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 from topk.distributed import from_environment
-from topk.errors import ConfigError, TopkError
+from topk.errors import TopkError
 from topk.run_dir import (
     check_run_dir,
     file_in_place_of_folder,
@@ -25,6 +25,7 @@ from topk.run_dir import (
     run_params,
     unwritable_reason,
 )
+from topk.schema import composition_problem, config_problem
 
 # The sweep directory of the sweep this process launched, for :func:`close_interrupted_sweep`.
 _sweep_dirs: list[Path] = []
@@ -142,10 +143,9 @@ class CheckOutputDir(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
-        try:
-            check_seed(config.seed)
-        except TopkError as error:
-            _stop(str(error))
+        problem = config_problem(config)
+        if problem is not None:
+            _stop(problem)
         run_dir = Path(config.hydra.run.dir)
         misplaced = file_in_place_of_folder(run_dir)
         if misplaced is not None:
@@ -164,6 +164,9 @@ class CheckOutputDir(Callback):
         if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0):
             _stop(f"hydra.launcher.n_jobs must be a whole number of runs at once other than 0 (-1: "
                   f"one per CPU core), got {n_jobs!r}.")
+        problem = sweep_job_problem(config)
+        if problem is not None:
+            _stop(problem)
         held = sum(sweep_statuses(sweep_dir).values()) if sweep_dir.is_dir() else 0
         if held and not config.trainer.resume:
             _stop(f"{sweep_dir} already holds {_runs(held)}; continue them with trainer.resume=true, "
@@ -211,13 +214,39 @@ def sweep_problems(failed: int, running: int, refused: int) -> list[str]:
     return [clause for count, clause in clauses if count]
 
 
-MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit seed
+def sweep_jobs(config: DictConfig) -> list[list[str]]:
+    """The overrides of each job of the sweep ``config`` launches, as Hydra's basic sweeper
+    expands them (``hydra.sweeper.params``, then the command line's overrides); none for another
+    sweeper (Optuna's draws its values as it goes)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    sweeper = config.hydra.sweeper
+    if sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
+        return []
+    params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
+    overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
+    (jobs,) = BasicSweeper.split_arguments(overrides, None)
+    return jobs
 
 
-def check_seed(seed) -> None:
-    """One sentence for a seed that is not a whole number torch can be seeded with."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise ConfigError(f"seed must be a whole number from 0 to 2**63 - 1, got {seed!r}.")
+def sweep_job_problem(config: DictConfig) -> str | None:
+    """One sentence for the first job of the sweep whose config cannot be composed or breaks
+    the schema (:mod:`topk.schema`), before any job starts: each job is composed as its launcher
+    will compose it (Hydra's ``load_sweep_config``), at about 60 ms a job."""
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    loader = GlobalHydra.instance().config_loader()
+    for number, job in enumerate(sweep_jobs(config)):
+        try:
+            problem = config_problem(loader.load_sweep_config(config, list(job)))
+        except (HydraException, OmegaConfBaseException) as error:
+            problem = composition_problem(error)
+        if problem is not None:
+            return f"job {number} of the sweep ({' '.join(job)}): {problem} Nothing was run."
+    return None
 
 
 def sweep_values(params) -> dict[str, list]:

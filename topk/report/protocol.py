@@ -85,14 +85,14 @@ def is_group(key: str) -> bool:
 @functools.cache
 def _compose(overrides: tuple[str, ...], hydra_node: bool = False):
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+
+    from topk.schema.store import register
 
     if not CONF.is_dir():
         raise FileNotFoundError(f"the experiments' protocols are composed from {CONF}, which is "
                                 "missing; build the report from a checkout of the repository.")
 
-    OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None
-                                    else value, replace=True)  # as train.py does
+    register()  # the config groups' schemas and the if_null resolver, as train.py does
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose("train", overrides=list(overrides), return_hydra_config=hydra_node)
 

@@ -1,0 +1,14 @@
+"""The typed schema of every config group (docs/design.md §3).
+
+- :mod:`topk.schema.rules`: what a value may be (``whole(1)``, ``flag()``, ``choice(...)``) and
+  the sentence that says so;
+- :mod:`topk.schema.groups`: one dataclass per constructor a ``conf/`` option targets;
+- :mod:`topk.schema.check`: a composed config held to them, and Hydra's composition errors said
+  in one sentence;
+- :mod:`topk.schema.store`: the schemas in Hydra's ConfigStore, and the command line checked
+  before Hydra writes anything (the only module here that imports Hydra).
+"""
+
+from topk.schema.check import check_config, composition_problem, config_problem
+
+__all__ = ["check_config", "composition_problem", "config_problem"]

@@ -1,0 +1,181 @@
+"""Holding a composed config to its schema, and saying in one sentence what is wrong.
+
+:func:`config_problem` walks a composed config: every key must be a field of its node's schema
+(``+trainer.epoch=3`` adds one Hydra cannot refuse) and every value must keep its field's rule
+(:mod:`topk.schema.rules`). :func:`composition_problem` turns what Hydra and OmegaConf raise
+while composing (a value of the wrong type, a key or an option that does not exist) into the
+same kind of sentence. Nodes without a schema (an option a user added without one) are not
+checked. Checks that need the data (class counts against ``k``, the class weights' count) are
+made where the data is read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
+
+from topk.errors import ConfigError
+from topk.schema.groups import OPTIONAL_TOP_LEVEL, TrainSchema
+from topk.schema.rules import rule_of
+
+GROUPS = ("trainer", "dataset", "model", "loss", "augment", "optim", "schedule")
+
+
+def check_config(cfg: DictConfig) -> None:
+    """Raise :class:`topk.errors.ConfigError` with one sentence for the first key of ``cfg``
+    that its schema does not have or whose value breaks its rule."""
+    problem = config_problem(cfg)
+    if problem is not None:
+        raise ConfigError(problem)
+
+
+def config_problem(cfg: DictConfig) -> str | None:
+    """One sentence for the first problem of the composed ``cfg`` (Hydra's own node aside), or
+    ``None``. The top level is held to :class:`TrainSchema`, each group to its node's schema."""
+    fields = {f.name: f for f in dataclasses.fields(TrainSchema)}
+    for key in cfg:
+        if key == "hydra":
+            continue
+        if key not in fields:
+            return unknown_key(str(key), "", list(fields))
+        if key in GROUPS:
+            problem = _node_problem(cfg[key], key)
+        else:
+            problem = _value_problem(cfg, key, key, fields[key])
+        if problem is not None:
+            return problem
+    return None
+
+
+def _node_problem(node: Any, path: str) -> str | None:
+    schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+    if schema is None or not dataclasses.is_dataclass(schema):
+        return None  # null (no Mixup) or an option without a schema
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    for key in node:
+        full_key = f"{path}.{key}"
+        if key not in fields:
+            return unknown_key(str(key), path, list(fields), node.get("_target_"))
+        if OmegaConf.is_missing(node, key):
+            return f"{full_key} has no value; give it one with {full_key}=..."
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not OmegaConf.is_interpolation(node, key):
+            problem = _node_problem(child, full_key)
+        else:
+            problem = _value_problem(node, key, full_key, fields[key])
+        if problem is not None:
+            return problem
+    return None
+
+
+def _value_problem(node: DictConfig, key: str, full_key: str, field: dataclasses.Field) -> str | None:
+    rule = rule_of(field)
+    if rule is None:
+        return None
+    try:
+        value = node[key]
+    except InterpolationResolutionError as error:
+        return (f"{full_key}={node._get_node(key)._value()} cannot be resolved "
+                f"({_first_line(error)}); set {full_key} directly.")
+    if isinstance(value, (DictConfig, ListConfig)):
+        value = OmegaConf.to_container(value, resolve=True)
+    return None if rule.accepts(value) else rule.sentence(full_key, value)
+
+
+def unknown_key(key: str, path: str, valid: list[str], target: str | None = None) -> str:
+    """``<path>.<key>`` is not a setting (of ``target``, the node's class): the closest valid
+    name, and all of them."""
+    where = f"{path}." if path else ""
+    settings = [name for name in valid if not name.startswith("_")]
+    if not path:
+        settings = [name for name in settings if name not in OPTIONAL_TOP_LEVEL]
+    close = difflib.get_close_matches(key, settings, n=1)
+    hint = f"did you mean {where}{close[0]}? " if close else ""
+    of = f" of {path} ({target})" if target else ""
+    group = f"{path}'s settings" if path else "the top-level settings"
+    return f"{where}{key} is not a setting{of}; {hint}{group} are {', '.join(settings)}."
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+
+
+# ---- errors raised while Hydra composes ---------------------------------------------------------
+
+def composition_problem(error: BaseException) -> str:
+    """One sentence for an exception Hydra raised while composing the config: an unknown group
+    option (the valid ones and the closest), a key that does not exist (the closest), a value its
+    field's type refuses (the field's rule), an override that does not parse."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+
+    if isinstance(error, MissingConfigException):
+        return _missing_option(error)
+    if isinstance(error, OverrideParseException):
+        return f"the override {error.override!r} cannot be read ({_first_line(error)}); see Hydra's override grammar."
+    appended = re.search(r"An item is already at '(.+?)'", str(error))
+    if appended:
+        return f"{appended.group(1)} is already set; set it without the leading +."
+    cause = error.__cause__ if isinstance(error.__cause__, OmegaConfBaseException) else error
+    if isinstance(cause, OmegaConfBaseException) and getattr(cause, "full_key", None):
+        return _field_problem(cause, str(error))
+    text = " ".join(line.strip() for line in str(error).splitlines() if line.strip())
+    return text.rstrip(".") + "."
+
+
+def _missing_option(error) -> str:
+    """``loss=hnge``: the option does not exist; list the group's options (Hydra's schemas hidden)."""
+    path = str(error.missing_cfg_file or "")
+    group, _, name = path.rpartition("/")
+    options = [option for option in (error.options or []) if not option.startswith("schema")]
+    if not group or not options:
+        return _first_line(error).rstrip(".") + "."
+    close = difflib.get_close_matches(name, options, n=1)
+    hint = f"did you mean {group}={close[0]}? " if close else ""
+    return f"{group}={name} is not an option of {group}; {hint}choose one of {', '.join(options)}."
+
+
+def _field_problem(cause: OmegaConfBaseException, message: str) -> str:
+    full_key, item = re.subn(r"\[\d+\]$", "", str(cause.full_key))
+    path, _, key = full_key.rpartition(".")
+    schema = _schema_of(cause) if path else TrainSchema
+    fields = {f.name: f for f in dataclasses.fields(schema)} if schema else {}
+    if key not in fields:  # a key the node does not have
+        target = _target_of(cause)
+        return unknown_key(key, path, list(fields), target) if fields else f"{full_key} is not a setting."
+    rule = rule_of(fields[key])
+    value = _refused_value(str(cause))
+    if rule is None:
+        return f"{full_key} cannot take {value} ({_first_line(cause)})."
+    return f"{full_key} must be {rule.allowed}, got {value}{' in the list' if item else ''}."
+
+
+def _target_of(cause: OmegaConfBaseException) -> str | None:
+    node = getattr(cause, "parent_node", None)
+    return node.get("_target_") if isinstance(node, DictConfig) and "_target_" in node else None
+
+
+def _schema_of(cause: OmegaConfBaseException):
+    """The dataclass of the node holding the refused key (the list's parent for an element)."""
+    node = getattr(cause, "parent_node", None)
+    while node is not None:
+        schema = OmegaConf.get_type(node) if isinstance(node, DictConfig) else None
+        if schema is not None and dataclasses.is_dataclass(schema):
+            return schema
+        node = node._get_parent()
+    schema = getattr(cause, "object_type", None)
+    return schema if schema is not None and dataclasses.is_dataclass(schema) else None
+
+
+def _refused_value(message: str) -> str:
+    """The refused value, as OmegaConf's message has it (``Value '2.5' of type 'float'``)."""
+    match = (re.search(r"Value '(.*?)' of type '(\w+)'", message, re.DOTALL)
+             or re.search(r"Value '(.*?)' is not a valid bool \(type (\w+)\)", message, re.DOTALL))
+    if not match:
+        return "that value"
+    value, kind = match.groups()
+    return value.lower() if kind == "bool" else repr(value) if kind == "str" else value

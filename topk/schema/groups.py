@@ -1,0 +1,347 @@
+"""The schema of every config group: one dataclass per constructor a ``conf/`` option targets.
+
+Each ``conf/<group>/<option>.yaml`` names its schema first in its defaults list
+(``/schema/loss/topk_hinge@_here_``), so Hydra composes the option onto a typed node: OmegaConf
+converts command-line text to the field's type (``trainer.compile=no`` is ``False``) and refuses
+what it cannot convert, and a key the schema lacks (``trainer.epoch``) cannot be set. The rules
+(:mod:`topk.schema.rules`) say what each value may be; :func:`topk.schema.check.check_config`
+holds the composed config to them. Values live in the YAML files, never here.
+
+The field names are the constructors' parameter names (``tests/test_schema.py`` compares them),
+besides ``_target_``, ``_partial_`` (optimiser and schedule, called by ``train.py`` with the
+parameters) and ``class_weights`` (resolved by ``train.py``, :mod:`topk.losses.weights`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from topk.schema.rules import (
+    anything,
+    choice,
+    flag,
+    is_number,
+    matching,
+    number,
+    number_list,
+    text,
+    whole,
+    whole_list,
+)
+
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes a signed 64-bit seed
+HEADS = ("linear", "cosine")
+
+
+def target() -> Any:
+    return text("the dotted path of a class or function")
+
+
+def valid_class_weights(value: Any) -> bool:
+    """``loss.class_weights``: null, balanced, or non-negative finite weights, not all 0 (their
+    count is checked against the data's classes, :mod:`topk.losses.weights`)."""
+    if value is None or value == "balanced":
+        return True
+    return (isinstance(value, Sequence) and not isinstance(value, str) and any(value)
+            and all(is_number(w) and math.isfinite(w) and w >= 0 for w in value))
+
+
+# ---- trainer (conf/train.yaml) and the top-level keys --------------------------------------------
+
+@dataclass
+class TrainerSchema:
+    epochs: int = whole(1)
+    batch_size: int | None = whole(1, null="the full batch")
+    eval_batch_size: int | None = whole(1, null="a whole split at once")
+    device: str = matching(r"auto|cpu|cuda(:\d+)?", "one of auto, cpu, cuda, cuda:N")
+    ks: list[int] = whole_list(1)
+    selection_metric: str = matching(
+        r"last|val/\w+", "last or a validation metric val/<metric> (e.g. val/top5); never test/"
+    )
+    resume: bool = flag()
+    eval_every: int = whole(1)
+    checkpoint_every: int = whole(1)
+    keep_checkpoints: str = choice("all", "best", "none")
+    progress: bool = flag()
+    tensorboard: bool = flag()
+    num_threads: int | None = whole(1, null="torch's default")
+    amp: str = choice("off", "bf16", "fp16")
+    channels_last: bool = flag()
+    compile: bool = flag()
+    limit_batches: int | None = whole(1, null="no limit")
+    num_workers: int = whole(0)
+    distributed_backend: str = choice("auto", "nccl", "gloo")
+
+
+@dataclass
+class TrainSchema:
+    """The top-level keys of ``conf/train.yaml``; the groups hold their own schemas. Hydra
+    composes the top level untyped (``n_samples`` and ``p22_steepness`` exist only where an
+    experiment or a protocol file sets them); :func:`topk.schema.check.check_config` holds it to
+    these rules."""
+
+    experiment: str | None = text("an experiment name", null="not part of a paper experiment")
+    seed: int = whole(0, MAX_SEED)
+    data_root: str = text("a folder")
+    image_size: int = whole(1)
+    k: int = whole(1)
+    n_samples: int | None = whole(1, null="the loss's own")  # g22_time's swept B
+    p22_steepness: dict[str, float] | None = anything(  # P22's sorter steepness, per sorter
+        "a mapping from sorter to steepness", lambda value: value is None or isinstance(value, dict))
+    trainer: TrainerSchema = field(default_factory=TrainerSchema)
+    dataset: Any = None
+    model: Any = None
+    loss: Any = None
+    augment: Any = None
+    optim: Any = None
+    schedule: Any = None
+
+
+OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness")  # top-level keys only some configs have
+
+
+# ---- loss (topk/losses/) -------------------------------------------------------------------------
+
+@dataclass
+class LossSchema:
+    _target_: str = target()
+    class_weights: Any = anything(
+        "null, balanced or a list of one finite weight of at least 0 per class, not all 0", valid_class_weights)
+
+
+@dataclass
+class TopKLossSchema(LossSchema):
+    k: int = whole(1)
+
+
+@dataclass
+class TopKHingeSchema(TopKLossSchema):
+    alpha: float = number(above=0)
+
+
+@dataclass
+class SmoothTopKSVMSchema(TopKLossSchema):
+    tau: float = number(0)
+    alpha: float = number(above=0)
+
+
+@dataclass
+class NoisedTopKHingeSchema(TopKLossSchema):
+    epsilon: float = number(0)
+    n_samples: int = whole(1)
+    compile: bool = flag()
+
+
+@dataclass
+class NoisedImbalancedTopKHingeSchema(NoisedTopKHingeSchema):
+    max_margin: float = number(0)
+    scale: float = number(above=0)
+
+
+@dataclass
+class LDAMSchema(LossSchema):
+    max_margin: float = number(0)
+    scale: float = number(above=0)
+
+
+@dataclass
+class FocalSchema(LossSchema):
+    gamma: float = number(0)
+
+
+@dataclass
+class DiffSortTopKCESchema(LossSchema):
+    p_k: list[float] = number_list(0, "p_K(k) for k = 1..K, summing to 1")
+    sorter: str = choice("neuralsort", "softsort", "odd_even", "bitonic")
+    steepness: float = number(above=0)
+    distribution: str = choice("logistic", "logistic_phi", "cauchy")
+    art_lambda: float = number(above=0)
+    top1_mode: str = choice("sm", "smce", "sort")
+    m: int | None = whole(2, null="sort every class")
+
+
+# ---- model (topk/models/) ------------------------------------------------------------------------
+
+@dataclass
+class ModelSchema:
+    _target_: str = target()
+    head: str = choice(*HEADS)
+    pretrained: bool = flag()
+
+
+@dataclass
+class LinearSchema(ModelSchema):
+    bias: bool = flag()
+
+
+@dataclass
+class MLPSchema(ModelSchema):
+    hidden: int = whole(1)
+
+
+@dataclass
+class ResNetSchema(ModelSchema):
+    name: str = choice("resnet18", "resnet34", "resnet50")
+    keep_maxpool: bool = flag()
+
+
+@dataclass
+class CifarDenseNetSchema(ModelSchema):
+    depth: int = whole(7)
+    growth_rate: int = whole(1)
+    drop_rate: float = number(0, below=1)
+
+
+# ---- dataset (topk/data/) ------------------------------------------------------------------------
+
+@dataclass
+class DatasetSchema:
+    _target_: str = target()
+
+
+@dataclass
+class CirclesSchema(DatasetSchema):
+    sigma: float = number(0)
+    train_per_class: int = whole(1)
+    test_per_class: int = whole(1)
+    val_per_class: int = whole(0)
+
+
+@dataclass
+class MultimodalCirclesSchema(CirclesSchema):
+    d: float = number()
+
+
+@dataclass
+class RandomImagesSchema(DatasetSchema):
+    num_classes: int = whole(2)
+    train_size: int = whole(1)
+    test_size: int = whole(1)
+    image_size: int = whole(1)
+
+
+@dataclass
+class Cifar100Schema(DatasetSchema):
+    root: str = text("a folder")
+    download: bool = flag()
+    val_size: int = whole(0)
+    noise: float = number(0, maximum=1)
+    noise_groups: str = choice("coarse", "published_code")
+    split_seed: int = whole(0)
+    normalisation: str = choice("cifar100", "cifar10")
+
+
+@dataclass
+class ImageFolderSchema(DatasetSchema):
+    root: str = text("a folder")
+    image_size: int = whole(1)
+    resize_size: int = whole(1)
+    check_images: bool = flag()
+
+
+@dataclass
+class ImageNetSchema(ImageFolderSchema):
+    val_per_class: int = whole(0)
+    train_size: int | None = whole(1, null="all the rest")
+    split_seed: int = whole(0)
+    ten_crop: bool = flag()
+    marginal_k: int = whole(1)
+
+
+@dataclass
+class ImageNetLTSchema(ImageFolderSchema):
+    lists_root: str | None = text("a folder", null="the root")
+
+
+@dataclass
+class EmbeddingsSchema(DatasetSchema):
+    root: str = text("a folder")
+    val_size: int = whole(0)
+    num_classes: int | None = whole(1, null="the largest label plus one")
+
+
+# ---- augment (topk/data/augment.py) --------------------------------------------------------------
+
+@dataclass
+class ImageAugmentationSchema:
+    _target_: str = target()
+    crop_padding: int | None = whole(0, null="no random crop")
+    flip: bool = flag()
+    cutout_size: int | None = whole(1, null="no Cutout")
+
+
+@dataclass
+class MixupSchema:
+    _target_: str = target()
+    alpha: float = number(above=0)
+
+
+@dataclass
+class AugmentSchema:
+    images: ImageAugmentationSchema = field(default_factory=ImageAugmentationSchema)
+    mix: MixupSchema | None = None
+
+
+# ---- optim and schedule (torch.optim) ------------------------------------------------------------
+
+@dataclass
+class OptimizerSchema:
+    _target_: str = target()
+    _partial_: bool = flag()
+    lr: float = number(0)
+    weight_decay: float = number(0)
+
+
+@dataclass
+class SGDSchema(OptimizerSchema):
+    momentum: float = number(0, below=1)
+    nesterov: bool = flag()
+
+
+@dataclass
+class MultiStepSchema:
+    _target_: str = target()
+    _partial_: bool = flag()
+    milestones: list[int] = whole_list(1, increasing=True, empty=True, what="epochs")
+    gamma: float = number(above=0)
+
+
+# Each schema's name in Hydra's ConfigStore: conf/<group>/<option>.yaml names it in its defaults
+# list as /schema/<group>/<name>@_here_ (dataset files: @dataset).
+SCHEMAS: dict[str, dict[str, type]] = {
+    "trainer": {"trainer": TrainerSchema},
+    "loss": {
+        "loss": LossSchema,
+        "topk_loss": TopKLossSchema,
+        "topk_hinge": TopKHingeSchema,
+        "smooth_svm": SmoothTopKSVMSchema,
+        "noised": NoisedTopKHingeSchema,
+        "noised_imbalanced": NoisedImbalancedTopKHingeSchema,
+        "ldam": LDAMSchema,
+        "focal": FocalSchema,
+        "diffsort_topk_ce": DiffSortTopKCESchema,
+    },
+    "model": {
+        "linear": LinearSchema,
+        "mlp": MLPSchema,
+        "resnet": ResNetSchema,
+        "torchvision_densenet": ModelSchema,
+        "cifar_densenet": CifarDenseNetSchema,
+    },
+    "dataset": {
+        "circles": CirclesSchema,
+        "circles_multimodal": MultimodalCirclesSchema,
+        "random_images": RandomImagesSchema,
+        "cifar100": Cifar100Schema,
+        "imagenet": ImageNetSchema,
+        "imagenet_lt": ImageNetLTSchema,
+        "plantnet": ImageFolderSchema,
+        "embeddings": EmbeddingsSchema,
+    },
+    "augment": {"augment": AugmentSchema},
+    "optim": {"optimizer": OptimizerSchema, "sgd": SGDSchema},
+    "schedule": {"multistep": MultiStepSchema},
+}
