@@ -16,6 +16,7 @@ import inspect
 import json
 import logging
 import random
+import signal
 import sys
 from functools import partial
 from pathlib import Path
@@ -31,6 +32,7 @@ from omegaconf import DictConfig
 from torch.nn.parallel import DistributedDataParallel
 
 from topk import distributed as dist_setup
+from topk import engine
 from topk.data import TensorBatches
 from topk.data.augment import ImageAugmentation
 from topk.data.batches import LimitedBatches
@@ -40,11 +42,12 @@ from topk.data.transforms import Compose, Normalize
 from topk.engine import (
     FitSettings,
     RunInterrupted,
+    StopRequests,
     fit,
     model_scores,
     multi_crop_scores,
+    preemption_signal,
     resolve_device,
-    stop_requests,
 )
 from topk.errors import ConfigError, RunRefused, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
@@ -67,6 +70,7 @@ from topk.run_dir import (
     file_in_place_of_folder,
     finished_without_checkpoint,
     prune_checkpoints,
+    record_status,
     run_params,
     unwritable_reason,
 )
@@ -374,6 +378,9 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     check_config(cfg)  # the schema (checked before Hydra wrote anything, unless another sweeper made cfg)
     distributed = dist_setup.from_environment()
     run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
+    if resumes_by_itself(run_dir):
+        log.info("%s holds this submitit job's interrupted run: the requeued job resumes it", run_dir)
+        cfg.trainer.resume = True
     record = base_record(cfg, hydra_cfg.runtime.choices, run_provenance)
     resume = bool(cfg.trainer.resume)
     lock = None
@@ -387,6 +394,14 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     finally:
         if lock is not None:
             lock.release()
+
+
+def resumes_by_itself(run_dir: Path) -> bool:
+    """A submitit job whose directory holds an interrupted run is that run requeued (by submitit
+    after the preemption signal, :meth:`topk.engine.StopRequests.requeue_if_preempted`, or by
+    SLURM itself) and resumes it. Nothing else leaves one there: a sweep started again into its
+    directory is refused before any job is submitted unless it says ``trainer.resume=true``."""
+    return preemption_signal() is not None and record_status(run_dir) == "interrupted"
 
 
 def written_by_hydra(hydra_cfg) -> list[str]:
@@ -457,10 +472,13 @@ def main(cfg: DictConfig) -> None:
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
         warn_if_single_run_of_a_sweep(cfg)
-    with stop_requests.installed():
+    # engine.stop_requests, not a name imported into this module: submitit pickles this function
+    # by value (train.py is __main__), and would give the job a copy of the process's one handler.
+    with engine.stop_requests.installed():
         try:
             train(cfg)
         except RunInterrupted as interruption:
+            engine.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
             if not single_run:
                 raise  # stops the whole sweep: one line and exit 130 at __main__
             print(f"Interrupted: {interruption}; the same command with trainer.resume=true "
@@ -501,19 +519,29 @@ def exit_on_composition_problem(argv: list[str]) -> None:
 
 
 def cli() -> None:
-    """``python train.py ...``: the command line checked against the schema, then :func:`main`."""
+    """``python train.py ...``: the command line checked against the schema, then :func:`main`.
+
+    Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too.
+    Once a run or sweep has stopped (exit 130), further ones are ignored while the process ends:
+    a second SIGTERM close behind the first (SLURM, ``timeout``) would otherwise kill it with 143
+    as its image-decoding workers shut down, although everything is already saved."""
     exit_on_composition_problem(sys.argv[1:])
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)
-    # Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too
-    with stop_requests.installed():
-        try:
-            main()
-        except KeyboardInterrupt:
-            close_interrupted_sweep()
-            print("Interrupted: the records say where each run stopped; the same command with "
-                  "trainer.resume=true continues it.", file=sys.stderr)
-            sys.exit(130)
+    try:
+        with engine.stop_requests.installed():
+            try:
+                main()
+            except KeyboardInterrupt:
+                close_interrupted_sweep()
+                print("Interrupted: the records say where each run stopped; the same command with "
+                      "trainer.resume=true continues it.", file=sys.stderr)
+                sys.exit(130)
+    except SystemExit as end:
+        if end.code == 130:
+            for number in StopRequests.signals:
+                signal.signal(number, signal.SIG_IGN)
+        raise
 
 
 if __name__ == "__main__":

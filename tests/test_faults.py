@@ -16,6 +16,7 @@ import errno
 import hashlib
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -23,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
@@ -36,7 +38,7 @@ def run_main(args) -> tuple[int, str]:
     """``python train.py ARGS`` in this process: ``(exit code, stderr)``."""
     import train
 
-    saved_argv, saved_sigterm = sys.argv, signal.getsignal(signal.SIGTERM)
+    saved_argv, saved_handlers = sys.argv, {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     flags = [arg for arg in args if arg.startswith("-")]  # -m before the overrides
     overrides = [arg for arg in args if not arg.startswith("-")]
     sys.argv = [str(ROOT / "train.py"), "--config-path", str(CONF), *flags, *QUICK, *overrides]
@@ -50,7 +52,8 @@ def run_main(args) -> tuple[int, str]:
             stderr.write(stop.code + "\n")
     finally:
         sys.argv = saved_argv
-        signal.signal(signal.SIGTERM, saved_sigterm)
+        for number, handler in saved_handlers.items():
+            signal.signal(number, handler)
         GlobalHydra.instance().clear()
     return code, stderr.getvalue()
 
@@ -392,3 +395,37 @@ def test_cli_exit_code_and_sentence_in_a_new_process(tmp_path):
     result = run_cli(["trainer.batch_size=0", f"hydra.run.dir={tmp_path / 'run'}"])
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("Error: trainer.batch_size must be")
+
+
+def test_sigterm_to_the_process_group_with_data_workers_is_interrupted_and_resumes_exactly(tmp_path):
+    """What SLURM (at a time limit or a preemption) and ``timeout`` do: SIGTERM to every process
+    of the group, the image-decoding workers too, twice in quick succession. The run stops at a
+    batch boundary as *interrupted* (exit 130, no traceback), and resuming it gives the history of
+    the same run never stopped."""
+    from topk.data.fixtures import write_plantnet
+
+    write_plantnet(tmp_path / "plantnet_300K", [12] * 6, 2, 2)
+    args = [f"data_root={tmp_path}", "dataset=plantnet", "image_size=16", "model=mlp", "k=3",
+            "trainer.num_workers=2", "trainer.batch_size=4", "trainer.epochs=12", "trainer.progress=false",
+            "trainer.num_threads=1"]
+    stopped = tmp_path / "stopped"
+    process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args, f"hydra.run.dir={stopped}"],
+                               cwd=ROOT, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not (stopped / "checkpoints" / "last.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGTERM)
+    time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGTERM)
+    stderr = process.communicate(timeout=60)[1]
+    assert_one_sentence(process.returncode, stderr, 130, r"^Interrupted: interrupted; resume continues after epoch \d+")
+    record = strict_record(stopped)
+    assert record["status"] == "interrupted" and record["provenance"]["ended_utc"]
+    assert not (stopped / "run.lock").exists()
+    assert run_cli([*args, f"hydra.run.dir={stopped}", "trainer.resume=true"]).returncode == 0
+    assert run_cli([*args, f"hydra.run.dir={tmp_path / 'whole'}"]).returncode == 0
+    columns = ["epoch", "lr", "train/loss", "train/top1", "val/top1", "test/top1"]
+    resumed = pd.read_csv(stopped / "history.csv")[columns]
+    whole = pd.read_csv(tmp_path / "whole" / "history.csv")[columns]
+    pd.testing.assert_frame_equal(resumed, whole)
+    assert strict_record(stopped)["test"] == strict_record(tmp_path / "whole")["test"]

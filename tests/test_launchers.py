@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
-from conftest import ROOT, compose_config
-from topk.records import find_results
+import pandas as pd
+
+from conftest import ROOT, compose_config, run_cli
+from topk.records import find_results, read_results
 
 
 def test_submitit_local_sweep_writes_every_record(tmp_path):
@@ -27,3 +34,42 @@ def test_slurm_launcher_is_configured_for_long_gpu_runs():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
     assert launcher.gpus_per_node == 1 and launcher.timeout_min == 4320
+
+
+def submitit_job_pids(folder: Path) -> list[int]:
+    """The processes running a submitit job whose pickles are below ``folder``."""
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"submitit.core._submit" in words and any(str(folder).encode() in word for word in words):
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def test_a_preempted_submitit_job_is_requeued_and_resumes_exactly(tmp_path):
+    """submitit's preemption signal (USR2, what SLURM sends before a time limit) stops the run at a
+    batch boundary; the job is requeued (submitit's checkpoint hook), finds its interrupted run and
+    resumes it by itself: the same history as the run never stopped."""
+    args = ["seed=0", "trainer.epochs=300", "trainer.progress=false", "trainer.num_threads=1"]
+    sweep = tmp_path / "sweep"
+    process = subprocess.Popen(
+        [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", *args,
+         f"hydra.sweep.dir={sweep}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (sweep / "0" / "checkpoints" / "last.pt").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    (pid,) = submitit_job_pids(sweep / ".submitit")
+    os.kill(pid, signal.SIGUSR2)
+    stderr = process.communicate(timeout=240)[1]
+    assert process.returncode == 0, stderr[-2000:]
+    log = (sweep / "0" / "train.log").read_text()
+    assert "holds this submitit job's interrupted run: the requeued job resumes it" in log
+    assert re.search(r"resumed from \S+/last.pt after epoch \d+", log)
+    assert read_results(sweep / "0" / "results.json")["status"] == "completed"
+    whole = tmp_path / "whole"
+    assert run_cli([*args, f"hydra.run.dir={whole}"]).returncode == 0
+    pd.testing.assert_frame_equal(pd.read_csv(sweep / "0" / "history.csv").drop(columns="seconds"),
+                                  pd.read_csv(whole / "history.csv").drop(columns="seconds"))

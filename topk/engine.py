@@ -132,17 +132,23 @@ class StopRequests:
     at the next batch boundary: an exception raised from a signal handler can land anywhere,
     inside the TensorBoard writer or ``torch.save``, and leave them unable to close; a flag read
     between batches cannot. A second signal raises at once (for a loop stuck inside one batch).
+
+    In a submitit job it handles the scheduler's preemption signal too (:func:`preemption_signal`):
+    the run stops the same way, then :meth:`requeue_if_preempted` hands the signal on to submitit.
     """
 
     signals = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self):
         self.requested = False
+        self.preempted = False  # the stop came from the scheduler's preemption signal (submitit)
         self._deferring = False
         self._depth = 0
         self._previous: dict = {}
 
     def _handle(self, signum, frame) -> None:
+        if signum == preemption_signal():
+            self.preempted = True
         if self._deferring and not self.requested:
             self.requested = True
             return
@@ -151,7 +157,8 @@ class StopRequests:
     @contextlib.contextmanager
     def installed(self):
         if self._depth == 0 and threading.current_thread() is threading.main_thread():
-            self._previous = {number: signal.signal(number, self._handle) for number in self.signals}
+            numbers = [*self.signals, *filter(None, [preemption_signal()])]
+            self._previous = {number: signal.signal(number, self._handle) for number in numbers}
         self._depth += 1
         try:
             yield self
@@ -161,6 +168,15 @@ class StopRequests:
                 for number, handler in self._previous.items():
                     signal.signal(number, handler)
                 self._previous = {}
+
+    def requeue_if_preempted(self) -> None:
+        """After a stop by the preemption signal: hand it to the handler it displaced, submitit's,
+        which checkpoints the job (hydra-submitit-launcher's ``checkpoint``: the same job again),
+        requeues it and exits. The requeued job resumes the run by itself (``train.train``)."""
+        number = preemption_signal()
+        handler = self._previous.get(number)
+        if self.preempted and callable(handler):
+            handler(number, None)
 
     @contextlib.contextmanager
     def deferred(self):
@@ -174,6 +190,15 @@ class StopRequests:
 
 
 stop_requests = StopRequests()
+
+
+def preemption_signal() -> signal.Signals | None:
+    """The signal by which a submitit job learns it is preempted or about to time out (SLURM sends
+    it ``signal_delay_s`` before the time limit), when this process runs a submitit job: USR2, or
+    what ``SUBMITIT_PREEMPT_SIGNAL`` names; else ``None``."""
+    if "SUBMITIT_FOLDER" not in os.environ:
+        return None
+    return getattr(signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None)
 
 
 # --- configuration checks -------------------------------------------------------------------------

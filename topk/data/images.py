@@ -17,6 +17,7 @@ and a resumed run sees exactly what an uninterrupted one would have seen.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -213,6 +214,16 @@ class EpochSampler(Sampler):
             yield index, (sample_seeds + index) % (2**63 - 1)
 
 
+def leave_stops_to_the_main_process(worker_id: int) -> None:
+    """Decoding workers ignore Ctrl-C and SIGTERM. Both reach every process of the group (a
+    terminal's Ctrl-C, SLURM at a time limit or preemption, ``timeout``): a worker killed by one
+    ended the run with "DataLoader worker ... killed by signal" before the main process could stop
+    at its next batch boundary and save (:class:`topk.engine.StopRequests`). The main process
+    stops them when it ends, as it always does; they also end if it dies (torch's watchdog)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 class ImageBatches:
     """Batches of decoded images on ``device``, for the engine (the ``TensorBatches`` interface).
 
@@ -251,6 +262,7 @@ class ImageBatches:
             num_workers=num_workers,
             pin_memory=self.device.type == "cuda",
             persistent_workers=num_workers > 0,
+            worker_init_fn=leave_stops_to_the_main_process,
         )
 
     def set_epoch(self, epoch: int) -> None:
