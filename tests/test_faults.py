@@ -1,5 +1,13 @@
 """Bad input through ``train.py``: one sentence, the right exit code, nothing lost.
 
+One case at least for every fault of issue 25: values the schema refuses (before anything is
+written) and those only the data can refuse (a failed record), switches, a sweep with one bad
+job, a bad seed, data that cannot be trained or scored (empty splits, a class without training
+samples, non-finite features), directories never overwritten, resumes refused, corrupt and
+code-carrying checkpoints, SIGTERM to a sweep and to a run's whole process group. Directory
+locks and resume bookkeeping are in ``test_run_safety.py``, library numerics in
+``test_numerics.py``, a preempted submitit job in ``test_launchers.py``.
+
 Each case runs ``train.py``'s Hydra entry point in this process (a fifth of a second instead of
 five for a new interpreter) with the real callbacks, and asserts the sentence on stderr, the exit
 code, no traceback, and that an earlier run's files are byte for byte what they were. Signals and
@@ -24,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -429,3 +438,64 @@ def test_sigterm_to_the_process_group_with_data_workers_is_interrupted_and_resum
     whole = pd.read_csv(tmp_path / "whole" / "history.csv")[columns]
     pd.testing.assert_frame_equal(resumed, whole)
     assert strict_record(stopped)["test"] == strict_record(tmp_path / "whole")["test"]
+
+
+def empty_test_class_folders(root: Path) -> list[str]:
+    """Pl@ntNet whose test class folders are all empty (was scored 0 %)."""
+    from topk.data.fixtures import write_plantnet
+
+    write_plantnet(root / "plantnet_300K", [6] * 6, 1, 1)
+    for folder in (root / "plantnet_300K" / "images" / "test").iterdir():
+        for image in folder.iterdir():
+            image.unlink()
+    return ["dataset=plantnet"]
+
+
+def empty_training_class_folder(root: Path) -> list[str]:
+    """Pl@ntNet with one species' training folder empty (was a class never trained on)."""
+    from topk.data.fixtures import write_plantnet
+
+    species = write_plantnet(root / "plantnet_300K", [6] * 6, 1, 1)
+    for split in ("train", "val", "test"):
+        for image in (root / "plantnet_300K" / "images" / split / species[2]).iterdir():
+            image.unlink()
+    return ["dataset=plantnet"]
+
+
+def non_finite_embeddings(split: str, value: float):
+    def damage(root: Path) -> list[str]:
+        """Embeddings with one NaN or infinite feature in ``split`` (was trained on, or lost the
+        test metrics after training)."""
+        from topk.data.fixtures import write_embeddings
+
+        write_embeddings(root / "embeddings", {"train": 24, "test": 12})
+        path = root / "embeddings" / f"{split}.npz"
+        data = dict(np.load(path))
+        data["features"][3, 1] = value
+        np.savez(path, **data)
+        return ["dataset=embeddings", "trainer.selection_metric=last"]
+    return damage
+
+
+DATA_FAULTS = [
+    (empty_test_class_folders, r"the test split read from \S+/images/test holds no samples"),
+    (empty_training_class_folder, r"the training folder \S+/images/train has no training sample of 1 of its "
+                                  r"6 classes \(\d+\); a class without training data cannot be learnt"),
+    (non_finite_embeddings("train", float("nan")), r"the train split read from \S+/train.npz holds NaN or infinite features"),
+    (non_finite_embeddings("test", float("inf")), r"the test split read from \S+/test.npz holds NaN or infinite features"),
+]
+
+
+@pytest.mark.parametrize("damage,pattern", DATA_FAULTS, ids=[d.__doc__.split("(")[0].strip() for d, _ in DATA_FAULTS])
+def test_data_that_cannot_be_trained_or_scored_is_one_sentence_before_training(earlier_run, tmp_path, damage, pattern):
+    earlier, files = earlier_run
+    args = damage(tmp_path / "data")
+    data_files = snapshot(tmp_path / "data")
+    run_dir = tmp_path / "run"
+    code, stderr = run_main([*args, f"data_root={tmp_path / 'data'}", "image_size=16", "model=mlp", "k=3",
+                             "trainer.num_workers=0", "trainer.batch_size=8", f"hydra.run.dir={run_dir}"])
+    sentence = assert_one_sentence(code, stderr, 1, pattern)
+    record = strict_record(run_dir)
+    assert record["status"] == "failed" and record["error"].endswith(sentence)
+    assert not (run_dir / "history.csv").exists()
+    assert snapshot(tmp_path / "data") == data_files and snapshot(earlier) == files

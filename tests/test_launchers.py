@@ -34,6 +34,7 @@ def test_slurm_launcher_is_configured_for_long_gpu_runs():
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
     assert launcher.gpus_per_node == 1 and launcher.timeout_min == 4320
+    assert launcher.signal_delay_s == 300 and launcher.max_num_timeout == 3  # requeued at the time limit
 
 
 def submitit_job_pids(folder: Path) -> list[int]:

@@ -323,8 +323,8 @@ def epoch_loss(loss_sum: torch.Tensor, sample_count: int, epoch: int, distribute
     mean = total / max(count, 1)
     if not math.isfinite(mean):
         raise NonFiniteLossError(
-            f"the training loss became {mean} at epoch {epoch}; "
-            "lower optim.lr or check the data and the loss parameters."
+            f"the training loss became {mean} at epoch {epoch}; lower optim.lr (the data and the "
+            "config were checked finite before training: the model diverged)."
         )
     return mean
 
@@ -468,8 +468,8 @@ def check_finite_weights(model: torch.nn.Module, epoch: int) -> None:
     finite = torch.stack([parameter.detach().isfinite().all() for parameter in model.parameters()])
     if not bool(finite.all()):
         raise NonFiniteLossError(
-            f"the model's weights became NaN or infinite in epoch {epoch}; lower optim.lr or "
-            "check the data and the loss parameters."
+            f"the model's weights became NaN or infinite in epoch {epoch}; lower optim.lr (the "
+            "data and the config were checked finite before training: the model diverged)."
         )
 
 
@@ -478,8 +478,8 @@ def check_finite_metrics(metrics: Mapping[str, Mapping[str, float]]) -> None:
     for split, values in metrics.items():
         if not math.isfinite(values["loss"]):
             raise NonFiniteLossError(
-                f"the selected model's {split} loss is {values['loss']}; lower optim.lr or check "
-                "the data and the loss parameters."
+                f"the selected model's {split} loss is {values['loss']}; lower optim.lr (the data "
+                "and the config were checked finite before training: the model diverged)."
             )
 
 

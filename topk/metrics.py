@@ -78,7 +78,7 @@ def check_rankable(scores: torch.Tensor) -> None:
     if math.isnan(total) and bool(torch.isnan(scores).any()):
         raise NonFiniteScoresError(
             "scores contain NaN values, which have no rank; top-k accuracy needs scores that are "
-            "numbers or ±inf (if the model diverged, lower optim.lr or check the data and the loss parameters)"
+            "numbers or ±inf (a model that diverged needs a lower learning rate)"
         )
 
 

@@ -142,7 +142,7 @@ def check_finite(scores: torch.Tensor) -> None:
     if not math.isfinite(total) and not bool(torch.isfinite(scores).all()):
         raise NonFiniteScoresError(
             "scores contain NaN or infinite values; a loss needs finite scores "
-            "(if the model diverged, lower optim.lr or check the data and the loss parameters)"
+            "(a model that diverged needs a lower learning rate)"
         )
 
 
