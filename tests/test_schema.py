@@ -72,8 +72,10 @@ def test_every_experiment_keeps_the_schema_at_both_scales(experiment):
 
 
 def test_the_words_the_schema_allows_are_the_librarys_own():
+    from topk.data.cifar import NOISE_GROUPS, NORMALISATIONS
     from topk.distributed import BACKENDS
-    from topk.functional.sorting import SORTERS
+    from topk.functional.sorting import DISTRIBUTIONS, SORTERS
+    from topk.losses.diffsort import TOP1_MODES
     from topk.models.heads import HEADS
     from topk.models.resnet import RESNETS
     from topk.precision import AMP_DTYPES
@@ -88,6 +90,10 @@ def test_the_words_the_schema_allows_are_the_librarys_own():
     assert words(SCHEMAS["model"]["linear"], "head") == set(HEADS)
     assert words(SCHEMAS["model"]["resnet"], "name") == set(RESNETS)
     assert words(SCHEMAS["loss"]["diffsort_topk_ce"], "sorter") == set(SORTERS)
+    assert words(SCHEMAS["loss"]["diffsort_topk_ce"], "distribution") == set(DISTRIBUTIONS)
+    assert words(SCHEMAS["loss"]["diffsort_topk_ce"], "top1_mode") == set(TOP1_MODES)
+    assert words(SCHEMAS["dataset"]["cifar100"], "noise_groups") == set(NOISE_GROUPS)
+    assert words(SCHEMAS["dataset"]["cifar100"], "normalisation") == set(NORMALISATIONS)
 
 
 @pytest.mark.parametrize("word,value", [("no", False), ("off", False), ("false", False), ("yes", True),
