@@ -35,7 +35,7 @@ from topk import distributed as dist_setup
 from topk import engine
 from topk.data import TensorBatches
 from topk.data.augment import ImageAugmentation
-from topk.data.batches import LimitedBatches
+from topk.data.batches import LimitedBatches, close_batches
 from topk.data.images import ImageBatches, ImageFileSplit, ImageFileSplits
 from topk.data.splits import stratified_indices
 from topk.data.transforms import Compose, Normalize
@@ -308,11 +308,15 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         if getattr(splits, name) is not None
     }
 
-    result = fit(
-        model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
-        splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), mix=mix,
-        on_epoch_end=on_epoch_end, distributed=distributed,
-    )
+    try:
+        result = fit(
+            model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
+            splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), mix=mix,
+            on_epoch_end=on_epoch_end, distributed=distributed,
+        )
+    finally:  # image-decoding workers stop with the run, however it ends
+        for batches in (train_batches, *eval_batches.values()):
+            close_batches(batches)
     record.update(
         best_epoch=result.best_epoch,
         val=result.metrics.get("val", {}),

@@ -6,6 +6,10 @@ knows every prediction, so the record's metrics are checked exactly.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -261,3 +265,22 @@ def test_image_batches_are_the_same_with_any_number_of_workers_and_after_resume(
     assert not all(torch.equal(a[1], b[1]) for a, b in zip(first, other_epoch))
     assert np.array_equal(np.sort(torch.cat([y for _, y in first]).numpy()),
                           np.sort(splits.train.y.numpy()))
+
+
+def test_decoding_workers_ignore_stop_signals_and_close_stops_them(tiny_imagenet):
+    """A SIGTERM or Ctrl-C sent to the whole process group leaves the workers decoding (the main
+    process decides when to stop); ``close`` stops them, though they ignore SIGTERM."""
+    splits = imagenet(seed=0, root=tiny_imagenet[0], val_per_class=2, image_size=6, resize_size=8)
+    batches = ImageBatches(splits.train, 5, image_transform=splits.image_transform(False), num_workers=2)
+    expected = [y.clone() for _, y in batches]
+    workers = list(batches.loader._iterator._workers)
+    for worker in workers:
+        os.kill(worker.pid, signal.SIGTERM)
+        os.kill(worker.pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert all(worker.is_alive() for worker in workers)
+    assert all(torch.equal(a, b) for a, b in zip(expected, [y for _, y in batches], strict=True))
+    batches.close()
+    assert not any(worker.is_alive() for worker in workers)
+    assert [y.clone() for _, y in batches][0].shape == expected[0].shape  # a later pass starts anew
+    batches.close()

@@ -112,3 +112,13 @@ class LimitedBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         return itertools.islice(iter(self.batches), self.limit)
+
+    def close(self) -> None:
+        close_batches(self.batches)
+
+
+def close_batches(batches) -> None:
+    """Stop the worker processes of ``batches``, where it has any (:class:`topk.data.images.ImageBatches`)."""
+    close = getattr(batches, "close", None)
+    if close is not None:
+        close()

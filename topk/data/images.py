@@ -16,8 +16,10 @@ and a resumed run sees exactly what an uninterrupted one would have seen.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -215,13 +217,28 @@ class EpochSampler(Sampler):
 
 
 def leave_stops_to_the_main_process(worker_id: int) -> None:
-    """Decoding workers ignore Ctrl-C and SIGTERM. Both reach every process of the group (a
-    terminal's Ctrl-C, SLURM at a time limit or preemption, ``timeout``): a worker killed by one
-    ended the run with "DataLoader worker ... killed by signal" before the main process could stop
-    at its next batch boundary and save (:class:`topk.engine.StopRequests`). The main process
-    stops them when it ends, as it always does; they also end if it dies (torch's watchdog)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    """Decoding workers ignore Ctrl-C, SIGTERM and a submitit job's preemption signal. These reach
+    every process of the group or of the job (a terminal's Ctrl-C, ``timeout``, SLURM at a time
+    limit or preemption): a worker killed by one ended the run with "DataLoader worker ... killed
+    by signal" before the main process could stop at its next batch boundary and save
+    (:class:`topk.engine.StopRequests`). The main process stops them itself
+    (:meth:`ImageBatches.close`); they also end if it dies (torch's watchdog)."""
+    from topk.engine import preemption_signal
+
+    for number in (signal.SIGINT, signal.SIGTERM, preemption_signal()):
+        if number is not None:
+            signal.signal(number, signal.SIG_IGN)
+
+
+_open_batches: weakref.WeakSet = weakref.WeakSet()  # ImageBatches whose workers may be running
+
+
+@atexit.register
+def _close_open_batches() -> None:
+    """Stop every decoding worker still running when the interpreter ends, before
+    multiprocessing's own exit handler would wait for them: they ignore its SIGTERM."""
+    for batches in list(_open_batches):
+        batches.close()
 
 
 class ImageBatches:
@@ -264,9 +281,24 @@ class ImageBatches:
             persistent_workers=num_workers > 0,
             worker_init_fn=leave_stops_to_the_main_process,
         )
+        _open_batches.add(self)
 
     def set_epoch(self, epoch: int) -> None:
         self.sampler.epoch = epoch
+
+    def close(self) -> None:
+        """Stop the decoding workers now (``train.run`` does when a run ends, however it ends):
+        torch's shutdown, then SIGKILL for any still running, which ignore SIGTERM
+        (:func:`leave_stops_to_the_main_process`). A later pass starts new workers."""
+        iterator = getattr(self.loader, "_iterator", None)  # the persistent workers' iterator
+        if iterator is None:
+            return
+        iterator._shutdown_workers()
+        for worker in getattr(iterator, "_workers", []):
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
+        self.loader._iterator = None
 
     def __len__(self) -> int:
         return len(self.loader)
