@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import doctest
 import inspect
+import subprocess
+import sys
 
 import torch
 import yaml
@@ -37,3 +39,23 @@ def test_licence_version_and_citation_agree():
     assert 'dynamic = ["version"]' in pyproject and 'version = {attr = "topk.__version__"}' in pyproject
     assert f"## {topk.__version__}" in (ROOT / "CHANGELOG.md").read_text()
     assert f"version = {{{topk.__version__}}}" in (ROOT / "docs" / "citing.md").read_text()
+
+
+def test_the_losses_need_only_torch_and_numpy():
+    """``pip install topk`` (no extra) gives torch and numpy: importing the losses and metrics
+    must not reach for the training stack (Hydra, OmegaConf, pandas, torchvision, matplotlib)."""
+    code = ("import sys, topk; from topk import SmoothTopKSVM, NoisedTopKHingeLoss, topk_accuracies; "
+            "print(sorted({'hydra', 'omegaconf', 'pandas', 'torchvision', 'matplotlib', 'tensorboard'} "
+            "& set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_the_readme_loop_with_the_losses_alone_runs():
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```python\nimport torch\nfrom topk import SmoothTopKSVM")
+    code = readme[start + len("```python\n"):readme.index("```", start + 3)]
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the README's own example
+    assert torch.isfinite(namespace["loss"])
