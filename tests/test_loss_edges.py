@@ -184,7 +184,7 @@ def test_k_must_be_a_whole_number_of_at_least_1(loss_class, bad):
     ({"alpha": float("nan")}, r"^alpha must be a finite number >= 0, got nan$"),
     ({"alpha": float("inf")}, r"^alpha must be a finite number >= 0, got inf$"),
     ({"alpha": "1"}, r"^alpha must be a finite number >= 0, got '1'$"),
-    ({"reduction": "sum"}, r"^reduction must be one of mean, none, got 'sum'$"),
+    ({"reduction": "avg"}, r"^reduction must be one of mean, sum, none, got 'avg'$"),
 ])
 def test_other_arguments_are_named(arguments, message):
     with pytest.raises(ValueError, match=message) as refused:

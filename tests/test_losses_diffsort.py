@@ -320,7 +320,7 @@ def test_every_sorter_mode_and_truncation_compiles_whole():
     ({"m": 5}, r"^m must be None or a whole number above len\(p_k\) = 5"),
     ({"m": 6.5}, "^m must be None or a whole number above"),
     ({"m": True}, "^m must be None or a whole number above"),
-    ({"reduction": "sum"}, "^reduction must be one of mean, none, got 'sum'$"),
+    ({"reduction": "avg"}, "^reduction must be one of mean, sum, none, got 'avg'$"),
 ])
 def test_bad_parameters_are_refused_in_one_sentence(arguments, message):
     with pytest.raises(ValueError, match=message):

@@ -10,6 +10,8 @@ computed in float32, the loss returned in float32. Every loss here is invariant 
 constant to all the scores of a row and is computed on the scores less their row maximum
 (:func:`topk.losses.targets.shift_to_row_max`), so that float32 scores of any magnitude (near
 ``1e8``, a diverged model's) give the float64 loss of the same scores (``tests/test_numerics.py``).
+Every loss takes ``weight=`` (one weight per class) and ``reduction=`` (``mean``, ``sum``,
+``none``) as :class:`torch.nn.CrossEntropyLoss` does (:class:`topk.losses.base.Loss`).
 Constructors refuse a bad argument with a ``ValueError`` sentence naming it (``k must be a whole
 number of at least 1, got 2.5``).
 

@@ -9,22 +9,57 @@ from torch import nn
 from topk.functional.arguments import whole_number
 from topk.losses.targets import check_k, expected_over_targets, loss_inputs, shift_to_row_max
 
-REDUCTIONS = ("mean", "none")
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def class_weight(weight) -> torch.Tensor | None:
+    """``weight`` as a float ``[n]`` tensor (``None`` stays ``None``); raise unless it holds finite
+    weights of at least 0, not all 0 (their count is checked against the scores at each call)."""
+    if weight is None:
+        return None
+    tensor = torch.as_tensor(weight, dtype=torch.get_default_dtype()).detach().clone()
+    if tensor.dim() != 1 or len(tensor) == 0 or not bool(torch.isfinite(tensor).all()) \
+            or bool((tensor < 0).any()) or not bool((tensor > 0).any()):
+        raise ValueError("weight must be one finite weight of at least 0 per class, not all 0, got "
+                         f"{weight!r}")
+    return tensor
 
 
 class Loss(nn.Module):
-    """A loss of per-sample values, returned as their mean (``reduction="mean"``) or as they
-    are (``"none"``, a ``[batch]`` tensor), the attribute torch's own losses have: a wrapper such
-    as :class:`topk.losses.weights.ClassWeighted` sets it to weight the samples."""
+    """A loss of per-sample values ``ℓ_i``, reduced as ``torch.nn.CrossEntropyLoss`` reduces them.
 
-    def __init__(self, reduction: str = "mean"):
+    ``weight`` (one per class, as torch's ``weight=``) weighs sample ``i`` by ``w_i = weight[y_i]``
+    for a label, ``w_i = Σ_c t_ic weight[c]`` for a probability target (Mixup: the expected weight).
+    ``reduction="mean"`` returns ``Σ_i w_i ℓ_i / Σ_i w_i`` (the plain mean without weights; 0, not
+    NaN, when every weight of the batch is 0), ``"sum"`` returns ``Σ_i w_i ℓ_i``, ``"none"`` the
+    ``[batch]`` values ``w_i ℓ_i``. torch's cross-entropy divides a weighted mean of probability
+    targets by the batch size instead. A wrapper such as :class:`topk.losses.weights.ClassWeighted`
+    sets ``reduction`` to ``"none"`` to weight the samples itself.
+    """
+
+    def __init__(self, weight=None, reduction: str = "mean"):
         super().__init__()
         if reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {', '.join(REDUCTIONS)}, got {reduction!r}")
         self.reduction = reduction
+        self.register_buffer("weight", class_weight(weight))
 
-    def reduce(self, per_sample: torch.Tensor) -> torch.Tensor:
-        return per_sample.mean() if self.reduction == "mean" else per_sample
+    def reduce(self, per_sample: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
+        """``per_sample`` ``[B]`` reduced, weighted by the classes of ``target`` (checked labels
+        ``[B]`` or a probability matrix ``[B, n]``) among the scores' ``num_classes``."""
+        if self.weight is None:
+            return {"mean": torch.mean, "sum": torch.sum}.get(self.reduction, lambda x: x)(per_sample)
+        if len(self.weight) != num_classes:
+            raise ValueError(f"weight has {len(self.weight)} entries but the scores have "
+                             f"{num_classes} classes; give one weight per class")
+        weight = self.weight.to(per_sample.dtype)
+        sample_weight = target.to(per_sample.dtype) @ weight if target.dim() == 2 else weight[target]
+        weighted = sample_weight * per_sample
+        if self.reduction == "none":
+            return weighted
+        if self.reduction == "sum":
+            return weighted.sum()
+        return weighted.sum() / sample_weight.sum().clamp(min=torch.finfo(per_sample.dtype).tiny)
 
 
 class TopKLoss(Loss):
@@ -32,8 +67,8 @@ class TopKLoss(Loss):
     it at every call. The constructors' refusals are ``ValueError`` sentences naming the
     argument (:mod:`topk.functional.arguments`)."""
 
-    def __init__(self, k: int = 5):
-        super().__init__()
+    def __init__(self, k: int = 5, weight=None, reduction: str = "mean"):
+        super().__init__(weight, reduction)
         self.k = whole_number("k", k)
 
     def extra_repr(self) -> str:
@@ -50,4 +85,5 @@ class TopKLoss(Loss):
         ``Σ_i t_i L(s, i)`` for a soft target, reduced."""
         scores, target = loss_inputs(scores, target)
         check_k(self.k, scores.shape[1])
-        return self.reduce(expected_over_targets(self.per_label_loss, shift_to_row_max(scores), target))
+        per_sample = expected_over_targets(self.per_label_loss, shift_to_row_max(scores), target)
+        return self.reduce(per_sample, target, scores.shape[1])

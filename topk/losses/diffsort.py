@@ -124,8 +124,8 @@ class DiffSortTopKCrossEntropyLoss(Loss):
     # p_k's default is a list, as in the YAML (it is copied, never changed).
     def __init__(self, p_k: Sequence[float] = [0.2, 0.2, 0.2, 0.2, 0.2], sorter: str = "bitonic",  # noqa: B006
                  steepness: float = 1.0, distribution: str = "cauchy", art_lambda: float = 0.25,
-                 top1_mode: str = "sm", m: int | None = None, reduction: str = "mean"):
-        super().__init__(reduction)
+                 top1_mode: str = "sm", m: int | None = None, weight=None, reduction: str = "mean"):
+        super().__init__(weight, reduction)
         self.p_k = check_p_k(p_k)
         check_sorter(sorter, steepness, distribution, art_lambda)
         if top1_mode not in TOP1_MODES:
@@ -153,7 +153,7 @@ class DiffSortTopKCrossEntropyLoss(Loss):
             lambda s, y: diffsort_topk_ce(s, y, self.p_k, self.sorter, self.steepness, self.distribution,
                                           self.art_lambda, self.top1_mode, self.m),
             shift_to_row_max(scores), target)
-        return self.reduce(per_sample)
+        return self.reduce(per_sample, target, scores.shape[1])
 
     def check_num_classes(self, num_classes: int, prefix: str = "") -> None:
         """Raise ConfigError unless ``len(p_k) < m < n`` (or ``len(p_k) < n`` without ``m``); the

@@ -55,8 +55,8 @@ class _HingeLoss(TopKLoss):
     soft labels).
     """
 
-    def __init__(self, k: int = 5, alpha: float = 1.0):
-        super().__init__(k)
+    def __init__(self, k: int = 5, alpha: float = 1.0, weight=None, reduction: str = "mean"):
+        super().__init__(k, weight, reduction)
         self.alpha = non_negative("alpha", alpha)
 
     def extra_repr(self) -> str:

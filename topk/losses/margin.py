@@ -99,8 +99,8 @@ class FocalLoss(Loss):
     is ``Σ_i t_i ℓ(s, i)``; returns the batch mean.
     """
 
-    def __init__(self, gamma: float = 2.0):
-        super().__init__()
+    def __init__(self, gamma: float = 2.0, weight=None, reduction: str = "mean"):
+        super().__init__(weight, reduction)
         self.gamma = non_negative("gamma", gamma)
 
     def extra_repr(self) -> str:
@@ -108,7 +108,8 @@ class FocalLoss(Loss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
-        return self.reduce(expected_over_targets(partial(focal_loss, gamma=self.gamma), scores, target))
+        per_sample = expected_over_targets(partial(focal_loss, gamma=self.gamma), scores, target)
+        return self.reduce(per_sample, target, scores.shape[1])
 
 
 class LDAMLoss(Loss):
@@ -136,8 +137,9 @@ class LDAMLoss(Loss):
     is ``Σ_i t_i ℓ(s, i)``; returns the batch mean.
     """
 
-    def __init__(self, max_margin: float = 0.5, scale: float = 30.0, class_counts: Sequence[int] | None = None):
-        super().__init__()
+    def __init__(self, max_margin: float = 0.5, scale: float = 30.0, class_counts: Sequence[int] | None = None,
+                 weight=None, reduction: str = "mean"):
+        super().__init__(weight, reduction)
         check_scale(scale)
         self.max_margin = max_margin
         self.scale = scale
@@ -150,4 +152,5 @@ class LDAMLoss(Loss):
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         per_label = partial(ldam_loss, margins=margins, scale=self.scale)
-        return self.reduce(expected_over_targets(per_label, shift_to_row_max(scores), target))
+        per_sample = expected_over_targets(per_label, shift_to_row_max(scores), target)
+        return self.reduce(per_sample, target, scores.shape[1])

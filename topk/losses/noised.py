@@ -86,8 +86,9 @@ class NoisedTopKHingeLoss(TopKLoss):
     :func:`noised_topk_hinge`); returns the batch mean.
     """
 
-    def __init__(self, k: int = 5, epsilon: float = 0.2, n_samples: int = 10, compile: bool = False):
-        super().__init__(k)
+    def __init__(self, k: int = 5, epsilon: float = 0.2, n_samples: int = 10, compile: bool = False,
+                 weight=None, reduction: str = "mean"):
+        super().__init__(k, weight, reduction)
         check_perturbation(epsilon, n_samples)
         self.epsilon = epsilon
         self.n_samples = n_samples
@@ -100,7 +101,7 @@ class NoisedTopKHingeLoss(TopKLoss):
         scores, target = loss_inputs(scores, target)
         margins = scores.new_ones(scores.shape[1])
         hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
-        return self.reduce(hinge)
+        return self.reduce(hinge, target, scores.shape[1])
 
 
 class NoisedImbalancedTopKHingeLoss(TopKLoss):
@@ -153,8 +154,10 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         scale: float = 60.0,
         class_counts: Sequence[int] | None = None,
         compile: bool = False,
+        weight=None,
+        reduction: str = "mean",
     ):
-        super().__init__(k)
+        super().__init__(k, weight, reduction)
         check_perturbation(epsilon, n_samples)
         check_scale(scale)
         self.epsilon = epsilon
@@ -175,4 +178,4 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
         hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
-        return self.reduce(self.scale * hinge)
+        return self.reduce(self.scale * hinge, target, scores.shape[1])

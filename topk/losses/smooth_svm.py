@@ -81,8 +81,8 @@ class SmoothTopKSVM(TopKLoss):
     is ``Σ_i t_i L_{k,τ}(s, i)`` (the loss has no native soft-target form); returns the batch mean.
     """
 
-    def __init__(self, k: int = 5, tau: float = 1.0, alpha: float = 1.0):
-        super().__init__(k)
+    def __init__(self, k: int = 5, tau: float = 1.0, alpha: float = 1.0, weight=None, reduction: str = "mean"):
+        super().__init__(k, weight, reduction)
         self.tau = non_negative("tau", tau, " (0 is the non-smooth top-k SVM)")
         self.alpha = non_negative("alpha", alpha)
 
@@ -100,4 +100,4 @@ class SmoothTopKSVM(TopKLoss):
             per_sample = expected_over_targets(
                 lambda s, y: smooth_topk_svm(s, y, self.k, self.tau, self.alpha), scores, target
             )
-        return self.reduce(per_sample)
+        return self.reduce(per_sample, target, scores.shape[1])

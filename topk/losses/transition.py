@@ -100,8 +100,9 @@ class TopKGroupingLoss(TopKLoss):
     """
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        grouping, _, _ = topk_grouping_terms(*loss_inputs(scores, target), self.k)
-        return self.reduce(grouping)
+        scores, target = loss_inputs(scores, target)
+        grouping, _, _ = topk_grouping_terms(scores, target, self.k)
+        return self.reduce(grouping, target, scores.shape[1])
 
 
 class TopKTransitionLoss(TopKLoss):
@@ -122,5 +123,6 @@ class TopKTransitionLoss(TopKLoss):
     """
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        grouping, cross_entropy, mass_topk = topk_grouping_terms(*loss_inputs(scores, target), self.k)
-        return self.reduce((1 - mass_topk) * cross_entropy + mass_topk * grouping)
+        scores, target = loss_inputs(scores, target)
+        grouping, cross_entropy, mass_topk = topk_grouping_terms(scores, target, self.k)
+        return self.reduce((1 - mass_topk) * cross_entropy + mass_topk * grouping, target, scores.shape[1])
