@@ -28,7 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.errors import InstantiationException
 from hydra.types import RunMode
 from hydra.utils import get_class, instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from torch.nn.parallel import DistributedDataParallel
 
 from topk import distributed as dist_setup
@@ -51,8 +51,9 @@ from topk.engine import (
 )
 from topk.errors import ConfigError, RunRefused, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
+from topk.losses.base import Loss
 from topk.losses.targets import check_num_classes_for_k
-from topk.losses.weights import weigh_classes, without_class_weights
+from topk.losses.weights import ClassWeighted, class_weight_vector
 from topk.metrics import clip_ks
 from topk.precision import channels_last
 from topk.records import (
@@ -139,6 +140,21 @@ def check_study_k(k: int, num_classes: int) -> None:
     if k > num_classes:
         raise ConfigError(f"k={k} is more than the {num_classes} classes of this data set, so there is "
                           f"no top-{k} accuracy; choose k of at most {num_classes}.")
+
+
+def build_loss(node: DictConfig, splits) -> torch.nn.Module:
+    """The loss of ``loss.*`` with its class weights (``loss.weight``: null, balanced or a list,
+    :func:`topk.losses.weights.class_weight_vector`), given as ``weight=`` to the losses of topk,
+    which weigh their samples themselves. torch's cross-entropy is wrapped in
+    :class:`~topk.losses.weights.ClassWeighted` instead, so that a Mixup target weighs as in
+    every other loss (torch's own ``weight=`` divides such a mean by the batch size)."""
+    spec = OmegaConf.to_container(node, resolve=True).get("weight")
+    weight = class_weight_vector(spec, splits.class_counts, splits.num_classes)
+    ours = issubclass(get_class(node._target_), Loss)
+    loss = build(node, "loss", weight=weight.tolist() if ours and weight is not None else None,
+                 **data_arguments(node, splits))
+    check_num_classes_for_k(loss, splits.num_classes)
+    return loss if ours or weight is None else ClassWeighted(loss, weight)
 
 
 def data_arguments(node: DictConfig, splits) -> dict:
@@ -273,10 +289,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     if distributed.is_main:
         splits.record_run_facts(run_dir, record)
     check_study_k(int(cfg.k), splits.num_classes)
-    loss_node, class_weights = without_class_weights(cfg.loss)
-    loss_fn = build(loss_node, "loss", **data_arguments(loss_node, splits))
-    check_num_classes_for_k(loss_fn, splits.num_classes)
-    loss_fn = weigh_classes(loss_fn, class_weights, splits.class_counts, splits.num_classes)
+    loss_fn = build_loss(cfg.loss, splits)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
     if trainer.selection_metric.startswith("val/") and splits.val is None:
         raise ConfigError(

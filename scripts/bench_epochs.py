@@ -72,7 +72,6 @@ from hydra.utils import get_class, instantiate
 from omegaconf import OmegaConf, open_dict
 
 from topk.hydra_callbacks import sweep_values
-from topk.losses.weights import without_class_weights
 from topk.schema.store import register
 
 register()  # the config groups' schemas, which conf/ names in its defaults lists
@@ -197,7 +196,7 @@ def build_loss(run: dict) -> torch.nn.Module:
         extra["class_counts"] = [max(1, round(run["train_images"] * w / sum(weights))) for w in weights]
     if "num_classes" in parameters and run["loss"].get("num_classes") is None:
         extra["num_classes"] = run["classes"]
-    return instantiate(without_class_weights(run["loss"])[0], **extra)
+    return instantiate(run["loss"], **extra)
 
 
 def time_repeats(step, budget: float, min_repeats: int, max_repeats: int) -> dict:

@@ -53,7 +53,6 @@ from hydra.utils import get_class, instantiate
 from topk.functional.esp import log_esp_summation, log_space_esp
 from topk.losses.margin import margins_for
 from topk.losses.noised import noised_topk_hinge
-from topk.losses.weights import without_class_weights
 from topk.schema.store import register
 
 register()  # the config groups' schemas, which conf/ names in its defaults lists
@@ -123,7 +122,7 @@ def forward_backward(loss_fn, scores, labels):
 
 def build_loss(name: str, k: int | None, num_classes: int, more_overrides=()):
     overrides = [f"loss={name}"] + ([f"loss.k={k}"] if k is not None else []) + list(more_overrides)
-    cfg, _ = without_class_weights(compose("train", overrides=overrides).loss)
+    cfg = compose("train", overrides=overrides).loss
     extra = {}
     if "class_counts" in inspect.signature(get_class(cfg._target_)).parameters:
         extra["class_counts"] = class_counts(num_classes)

@@ -47,7 +47,6 @@ from topk.data import TensorBatches
 from topk.data.synthetic import random_images
 from topk.data.transforms import Compose, Normalize, RandomCropFlip
 from topk.engine import FitSettings, fit
-from topk.losses.weights import without_class_weights
 from topk.models.densenet import CifarDenseNet
 from topk.records import find_results
 from topk.schema.store import register
@@ -103,7 +102,7 @@ def bare_seconds_per_run(experiment: str, samples: int) -> float:
             model = instantiate(cfg.model, num_classes=splits.num_classes, input_shape=splits.input_shape)
             optimizer = instantiate(cfg.optim)(model.parameters())
             full_batch = [(splits.train.x, splits.train.y)]
-            loss_fn = instantiate(without_class_weights(cfg.loss)[0])
+            loss_fn = instantiate(cfg.loss)
             total += sum(bare_epoch(model, loss_fn, optimizer, full_batch) for _ in range(cfg.trainer.epochs))
     return total / samples
 

@@ -28,7 +28,6 @@ from hydra import compose, initialize_config_dir
 from hydra.utils import get_class, instantiate
 
 from topk.data.transforms import Normalize
-from topk.losses.weights import without_class_weights
 from topk.schema.store import register
 
 register()  # the config groups' schemas, which conf/ names in its defaults lists
@@ -48,7 +47,7 @@ def build_setting(loss: str, model: str, device: torch.device):
     extra = {}
     if "class_counts" in inspect.signature(get_class(cfg.loss._target_)).parameters:
         extra["class_counts"] = splits.class_counts
-    loss_fn = instantiate(without_class_weights(cfg.loss)[0], **extra).to(device)
+    loss_fn = instantiate(cfg.loss, **extra).to(device)
     optimizer = instantiate(cfg.optim)(network.parameters())
     return network, loss_fn, optimizer, splits
 

@@ -1,17 +1,21 @@
-"""Class weights for every loss (``loss.class_weights``): the weight vector, the weighted mean
-over labels and probability targets, torch's own weighted cross-entropy, and a training run."""
+"""Class weights in a run (``loss.weight``): the weight vector, the weighted mean over labels and
+probability targets, torch's own weighted cross-entropy, every loss config instantiating as it
+is (Hydra's ``instantiate(cfg.loss)``), and a training run."""
 
 from __future__ import annotations
+
+import inspect
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hydra.utils import get_class, instantiate
 from test_loss_edges import LOSSES, N_CLASSES, seeded
 
 from conftest import CONF, compose_config
 from helpers import mixup_target
 from topk.errors import ConfigError
-from topk.losses.weights import ClassWeighted, class_weight_vector, without_class_weights
+from topk.losses.weights import ClassWeighted, class_weight_vector
 
 WEIGHTS = torch.tensor([0.5, 2.0, 1.0, 0.0, 3.0], dtype=torch.float64)
 
@@ -66,10 +70,19 @@ def test_bad_class_weights_are_refused_in_one_sentence(spec, counts, message):
         class_weight_vector(spec, counts, 3)
 
 
-def test_every_loss_config_has_class_weights_off():
-    for path in sorted((CONF / "loss").glob("*.yaml")):
-        node, spec = without_class_weights(compose_config([f"loss={path.stem}"]).loss)
-        assert spec is None and "class_weights" not in node and "_target_" in node
+@pytest.mark.parametrize("name", sorted(path.stem for path in (CONF / "loss").glob("*.yaml")))
+def test_every_loss_config_instantiates_as_it_is(name):
+    """``hydra.utils.instantiate(cfg.loss)``, Hydra's own convention, gives a working loss (the
+    data's class counts passed as Hydra passes any extra argument, where the loss takes them)."""
+    node = compose_config([f"loss={name}", "k=2"]).loss
+    assert node.weight is None
+    takes_counts = "class_counts" in inspect.signature(get_class(node._target_)).parameters
+    extra = {"class_counts": [3, 5, 8, 13, 21]} if takes_counts else {}
+    loss = instantiate(node, **extra)
+    scores, labels = batch(2)
+    if name == "diffsort_topk_ce":
+        scores = torch.randn(len(labels), 8, dtype=torch.float64)  # more classes than its p_k's five
+    assert torch.isfinite(loss(scores, labels.clamp(max=scores.shape[1] - 1)))
 
 
 def test_a_batch_whose_labels_all_weigh_zero_gives_zero():

@@ -41,7 +41,6 @@ from topk.losses import SmoothTopKSVM
 from topk.losses.hinge import topk_hinge
 from topk.losses.noised import noised_topk_hinge
 from topk.losses.targets import expected_over_targets
-from topk.losses.weights import without_class_weights
 from topk.sync import sync_free
 
 LOSSES = sorted(path.stem for path in (CONF / "loss").glob("*.yaml"))
@@ -58,7 +57,7 @@ def fresh_compiler():
 
 def build_loss(name: str):
     """The loss of ``conf/loss/<name>.yaml`` as ``train.py`` builds it (k = 5), for CLASSES classes."""
-    node, _ = without_class_weights(compose_config([f"loss={name}"]).loss)
+    node = compose_config([f"loss={name}"]).loss
     splits = SimpleNamespace(class_counts=[3 * c + 2 for c in range(CLASSES)], num_classes=CLASSES)
     return instantiate(node, **train.data_arguments(node, splits))
 

@@ -11,7 +11,6 @@ import train
 from conftest import CONF, compose_config, run_cli
 from topk.data.augment import NoMix
 from topk.data.transforms import Normalize
-from topk.losses.weights import without_class_weights
 
 GROUPS = ["dataset", "model", "loss", "augment", "optim", "schedule"]
 
@@ -46,7 +45,7 @@ def test_every_option_composes_and_instantiates(group, option, data_roots):
     if len(splits.input_shape) == 3:  # vector models see the flattened images
         model = instantiate(compose_config(["model=mlp"]).model, num_classes=splits.num_classes,
                             input_shape=splits.input_shape)
-    loss_node, _ = without_class_weights(cfg.loss)
+    loss_node = cfg.loss
     loss = instantiate(loss_node, **train.data_arguments(loss_node, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
     scheduler = instantiate(cfg.schedule)(optimizer)

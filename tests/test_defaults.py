@@ -62,9 +62,7 @@ def topk_targets():
         for option in options(group):
             for node in target_nodes(option_node(group, option)):
                 if node["_target_"].startswith("topk."):
-                    # loss.class_weights is train.py's (topk.losses.weights), not the loss's
-                    values = {key: value for key, value in node.items()
-                              if not key.startswith("_") and (group, key) != ("loss", "class_weights")}
+                    values = {key: value for key, value in node.items() if not key.startswith("_")}
                     targets[node["_target_"]][f"{group}/{option}.yaml"] = values
     return dict(targets)
 

@@ -263,3 +263,12 @@ def test_a_file_where_the_run_keeps_a_folder_is_one_sentence(tmp_path, name, hol
     assert_one_sentence(code, stderr, 1, rf"{name} is a file where the run keeps its {holds} folder; "
                         "move that file away")
     assert snapshot(run_dir) == files
+
+
+def test_a_run_recorded_under_a_renamed_key_resumes(tmp_path):
+    """``loss.class_weights`` became ``loss.weight``: a checkpoint that remembers the old name is
+    the same training configuration."""
+    from topk.run_dir import differing_keys
+
+    assert differing_keys({"loss.class_weights": None, "seed": 0}, {"loss.weight": None, "seed": 0}) == []
+    assert differing_keys({"loss.class_weights": "balanced"}, {"loss.weight": None}) == ["loss.weight"]

@@ -20,7 +20,7 @@ from topk.schema.store import command_line_problem
 
 GROUPS = ("loss", "model", "dataset", "optim", "schedule", "augment")
 # Keys of a schema that are not constructor parameters: Hydra's own and what train.py resolves.
-NOT_PARAMETERS = {"_target_", "_partial_", "class_weights"}
+NOT_PARAMETERS = {"_target_", "_partial_"}
 
 
 def options(group: str) -> list[str]:
@@ -127,7 +127,7 @@ REFUSED = [
     (["k=true"], "k must be a whole number of at least 1, got true."),
     (["kk=3"], "kk is not a setting; did you mean k? the top-level settings are experiment, seed, "),
     (["+foo=3"], "foo is not a setting; the top-level settings are experiment, seed, "),
-    (["loss.k=3"], "loss.k is not a setting of loss (torch.nn.CrossEntropyLoss); loss's settings are class_weights."),
+    (["loss.k=3"], "loss.k is not a setting of loss (torch.nn.CrossEntropyLoss); loss's settings are weight."),
     (["loss=hnge"], "loss=hnge is not an option of loss; did you mean loss=hinge? choose one of cal_hinge, ce, "),
     (["+experiment=nope"], "experiment=nope is not an option of experiment; choose one of b18_cifar_noise, "),
     (["trainer.device=gpu"], "trainer.device must be one of auto, cpu, cuda, cuda:N, got 'gpu'."),
@@ -149,7 +149,7 @@ REFUSED = [
      "augment.images.crop_padding must be a whole number of at least 0 or null (no random crop), got -4."),
     (["dataset=cifar100", "dataset.noise=1.5"], "dataset.noise must be a finite number of at least 0 and at most 1, got 1.5."),
     (["loss=diffsort_topk_ce", "loss.sorter=quick"], "loss.sorter must be one of neuralsort, softsort, odd_even, bitonic, got 'quick'."),
-    (["loss=ldam", "loss.class_weights=[1,-1]"], "loss.class_weights must be null, balanced or a list of one finite weight "
+    (["loss=ldam", "loss.weight=[1,-1]"], "loss.weight must be null, balanced or a list of one finite weight "
                                                  "of at least 0 per class, not all 0, got [1, -1]."),
     (["loss.k=["], "the override 'loss.k=[' cannot be read (no viable alternative at input '['); see Hydra's override grammar."),
 ]

@@ -14,7 +14,6 @@ from conftest import compose_config
 from helpers import value_and_grad
 from topk.errors import ConfigError
 from topk.losses.smooth_svm import SmoothTopKSVM, smooth_topk_svm
-from topk.losses.weights import without_class_weights
 
 TAUS = (10.0, 1.0, 0.1, 1e-2, 1e-3, 1e-4)
 
@@ -204,6 +203,6 @@ def test_bad_parameters_and_inputs_name_the_value():
 
 
 def test_config_has_b18_defaults():
-    loss = instantiate(without_class_weights(compose_config(["loss=smooth_svm"]).loss)[0])
+    loss = instantiate(compose_config(["loss=smooth_svm"]).loss)
     assert isinstance(loss, SmoothTopKSVM)
     assert (loss.k, loss.tau, loss.alpha) == (5, 1.0, 1.0)

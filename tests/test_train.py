@@ -220,9 +220,9 @@ def test_nan_loss_fails_the_run_with_a_record(run_dir):
 
 
 def test_class_weights_train_and_are_recorded(run_dir):
-    run_in_process(run_dir, ["loss=smooth_svm", "loss.class_weights=balanced"])
+    run_in_process(run_dir, ["loss=smooth_svm", "loss.weight=balanced"])
     on_disk = read_record(run_dir)
-    assert on_disk["status"] == "completed" and on_disk["params"]["loss.class_weights"] == "balanced"
+    assert on_disk["status"] == "completed" and on_disk["params"]["loss.weight"] == "balanced"
 
 
 @pytest.mark.parametrize(
@@ -235,7 +235,7 @@ def test_class_weights_train_and_are_recorded(run_dir):
         (["trainer.selection_metric=val/avg5"], "needs a validation split"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
         (["augment=cutout"], "crops, flips or cuts out images"),
-        (["loss.class_weights=[1,2]"], "loss.class_weights must hold 6 finite non-negative weights"),
+        (["loss.weight=[1,2]"], "loss.weight must hold 6 finite non-negative weights"),
     ],
 )
 def test_bad_input_for_the_data_stops_before_training(run_dir, overrides, message):

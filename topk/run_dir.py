@@ -89,8 +89,14 @@ def unwritable_reason(directory: Path) -> str | None:
     return None
 
 
+# Keys renamed since a run was recorded: its old name -> the name compared now.
+RENAMED_KEYS = {"loss.class_weights": "loss.weight"}
+
+
 def differing_keys(remembered: Mapping, params: Mapping) -> list[str]:
-    """The keys whose values differ between two flat configs, harmless keys left out."""
+    """The keys whose values differ between two flat configs, harmless keys left out (a run
+    recorded under a key's old name, :data:`RENAMED_KEYS`, is compared under the new one)."""
+    remembered = {RENAMED_KEYS.get(key, key): value for key, value in remembered.items()}
     keys = sorted((set(remembered) | set(params)) - HARMLESS_KEYS)
     return [key for key in keys if remembered.get(key, _MISSING) != params.get(key, _MISSING)]
 

@@ -1,5 +1,8 @@
-"""Class weights for every loss (``loss.class_weights``): each sample's loss weighted by its
-label's weight, the weighted mean over the batch."""
+"""Class weights in a run (``loss.weight``: null, ``balanced`` or one weight per class), resolved
+from the training split's class counts into the weight vector that every loss of :mod:`topk`
+takes as ``weight=`` (:class:`topk.losses.base.Loss`: each sample's loss weighted by its label's
+weight, the weighted mean over the batch); :class:`ClassWeighted` gives torch's cross-entropy the
+same weighting (``train.build_loss``)."""
 
 from __future__ import annotations
 
@@ -7,7 +10,6 @@ import math
 from collections.abc import Sequence
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 from torch import nn
 
 from topk.errors import ConfigError
@@ -15,7 +17,7 @@ from topk.errors import ConfigError
 
 def class_weight_vector(spec, class_counts: Sequence[int] | None,
                         num_classes: int) -> torch.Tensor | None:
-    """The weights ``loss.class_weights`` asks for, a float ``[num_classes]`` tensor, or ``None``.
+    """The weights ``loss.weight`` asks for, a float ``[num_classes]`` tensor, or ``None``.
 
     ``null``: none (every loss unweighted). ``balanced``: ``N / (C · N_c)`` for a training split
     of ``N`` samples in ``C`` classes, ``N_c`` of class ``c`` (scikit-learn's ``balanced``: every
@@ -27,17 +29,17 @@ def class_weight_vector(spec, class_counts: Sequence[int] | None,
         counts = torch.as_tensor(list(class_counts or []), dtype=torch.float64)
         if len(counts) != num_classes or not bool((counts > 0).all()):
             raise ConfigError(
-                "loss.class_weights=balanced needs a training sample of every class; this split's "
+                "loss.weight=balanced needs a training sample of every class; this split's "
                 f"class counts are {[int(c) for c in counts]}: give the weights as a list instead.")
         return (counts.sum() / (num_classes * counts)).float()
     if isinstance(spec, str) or not isinstance(spec, Sequence):
-        raise ConfigError(f"loss.class_weights must be null, balanced or a list of {num_classes} "
+        raise ConfigError(f"loss.weight must be null, balanced or a list of {num_classes} "
                           f"weights, got {spec!r}.")
     values = [float(w) if isinstance(w, (int, float)) and not isinstance(w, bool) else math.nan
               for w in spec]
     if len(values) != num_classes or not all(0 <= w < math.inf for w in values) or not any(values):
         raise ConfigError(
-            f"loss.class_weights must hold {num_classes} finite non-negative weights, one per "
+            f"loss.weight must hold {num_classes} finite non-negative weights, one per "
             f"class, not all 0; got {list(spec)}.")
     return torch.tensor(values)
 
@@ -72,23 +74,3 @@ class ClassWeighted(nn.Module):
         # A batch whose labels all weigh 0 gives 0 (torch's weighted cross-entropy gives NaN).
         total = sample_weights.sum().clamp(min=torch.finfo(per_sample.dtype).tiny)
         return (sample_weights * per_sample).sum() / total
-
-
-def without_class_weights(node) -> tuple[DictConfig, object]:
-    """A ``loss`` config node (or a resolved dict of one) without its ``class_weights`` key (which
-    the loss's own constructor does not take), and that key's value as plain Python (``None``
-    when absent)."""
-    if isinstance(node, DictConfig):
-        config = OmegaConf.to_container(node, resolve=True)
-    else:
-        config = dict(node)
-    spec = config.pop("class_weights", None)
-    return OmegaConf.create(config), spec
-
-
-def weigh_classes(loss: nn.Module, spec, class_counts: Sequence[int] | None,
-                  num_classes: int) -> nn.Module:
-    """``loss`` weighted as ``loss.class_weights`` (``spec``) asks, by :class:`ClassWeighted`;
-    ``loss`` itself when ``spec`` is null."""
-    weights = class_weight_vector(spec, class_counts, num_classes)
-    return loss if weights is None else ClassWeighted(loss, weights)

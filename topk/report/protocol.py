@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from topk.run_dir import HARMLESS_KEYS, run_params
+from topk.run_dir import HARMLESS_KEYS, RENAMED_KEYS, run_params
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 # How fast, where or how verbosely a run trains, and how often it evaluates or saves: never what
@@ -227,7 +227,8 @@ def config_differences(proto: Protocol, runs: pd.DataFrame, job_runs: dict) -> t
     for index, found in job_runs.items():
         expected = proto.params(proto.jobs[index])
         for i in found:
-            params = runs.at[i, "_params"] or {}  # the record's own flat params
+            params = {RENAMED_KEYS.get(key, key): value  # the record's own flat params, keys renamed since
+                      for key, value in (runs.at[i, "_params"] or {}).items()}
             for key in sorted((set(expected) | set(params)) - PROTOCOL_FREE_KEYS):
                 if key not in params or key not in expected:
                     one_side[key] = ("only in the run's record" if key in params else

@@ -9,7 +9,8 @@ holds the composed config to them. Values live in the YAML files, never here.
 
 The field names are the constructors' parameter names (``tests/test_schema.py`` compares them),
 besides ``_target_``, ``_partial_`` (optimiser and schedule, called by ``train.py`` with the
-parameters) and ``class_weights`` (resolved by ``train.py``, :mod:`topk.losses.weights`).
+parameters); ``loss.weight`` may also say ``balanced``, which ``train.py`` resolves from the
+training split's class counts (:mod:`topk.losses.weights`).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def target() -> Any:
 
 
 def valid_class_weights(value: Any) -> bool:
-    """``loss.class_weights``: null, balanced, or non-negative finite weights, not all 0 (their
+    """``loss.weight``: null, balanced, or non-negative finite weights, not all 0 (their
     count is checked against the data's classes, :mod:`topk.losses.weights`)."""
     if value is None or value == "balanced":
         return True
@@ -108,7 +109,7 @@ OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness")  # top-level keys only some 
 @dataclass
 class LossSchema:
     _target_: str = target()
-    class_weights: Any = anything(
+    weight: Any = anything(
         "null, balanced or a list of one finite weight of at least 0 per class, not all 0", valid_class_weights)
 
 
