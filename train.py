@@ -151,8 +151,8 @@ def build_loss(node: DictConfig, splits) -> torch.nn.Module:
     spec = OmegaConf.to_container(node, resolve=True).get("weight")
     weight = class_weight_vector(spec, splits.class_counts, splits.num_classes)
     ours = issubclass(get_class(node._target_), Loss)
-    loss = build(node, "loss", weight=weight.tolist() if ours and weight is not None else None,
-                 **data_arguments(node, splits))
+    given = {"weight": weight.tolist() if ours and weight is not None else None} if "weight" in node else {}
+    loss = build(node, "loss", **given, **data_arguments(node, splits))
     check_num_classes_for_k(loss, splits.num_classes)
     return loss if ours or weight is None else ClassWeighted(loss, weight)
 
