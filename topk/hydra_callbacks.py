@@ -219,14 +219,21 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
     expands them (``hydra.sweeper.params``, then the command line's overrides); none for another
     sweeper (Optuna's draws its values as it goes)."""
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
-    from hydra.core.override_parser.overrides_parser import OverridesParser
 
     sweeper = config.hydra.sweeper
     if sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
         return []
     params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
-    overrides = OverridesParser.create().parse_overrides(params + list(config.hydra.overrides.task))
-    (jobs,) = BasicSweeper.split_arguments(overrides, None)
+    return expand_sweep(params + list(config.hydra.overrides.task))
+
+
+def expand_sweep(overrides: list[str]) -> list[list[str]]:
+    """The overrides of each job of a sweep (``loss=ce,hinge``, ``seed=range(3)``), expanded by
+    Hydra's override parser and basic sweeper: the code that launches them."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None) or [[]]
     return jobs
 
 

@@ -47,19 +47,26 @@ class Loss(nn.Module):
     def reduce(self, per_sample: torch.Tensor, target: torch.Tensor, num_classes: int) -> torch.Tensor:
         """``per_sample`` ``[B]`` reduced, weighted by the classes of ``target`` (checked labels
         ``[B]`` or a probability matrix ``[B, n]``) among the scores' ``num_classes``."""
-        if self.weight is None:
-            return {"mean": torch.mean, "sum": torch.sum}.get(self.reduction, lambda x: x)(per_sample)
-        if len(self.weight) != num_classes:
+        if self.weight is not None and len(self.weight) != num_classes:
             raise ValueError(f"weight has {len(self.weight)} entries but the scores have "
                              f"{num_classes} classes; give one weight per class")
-        weight = self.weight.to(per_sample.dtype)
-        sample_weight = target.to(per_sample.dtype) @ weight if target.dim() == 2 else weight[target]
-        weighted = sample_weight * per_sample
-        if self.reduction == "none":
-            return weighted
-        if self.reduction == "sum":
-            return weighted.sum()
-        return weighted.sum() / sample_weight.sum().clamp(min=torch.finfo(per_sample.dtype).tiny)
+        return weighted_reduction(per_sample, target, self.weight, self.reduction)
+
+
+def weighted_reduction(per_sample: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None,
+                       reduction: str) -> torch.Tensor:
+    """``per_sample`` ``[B]`` reduced as :class:`Loss` says, each sample weighted by its label's
+    ``weight`` (a probability target ``[B, n]``: its expected weight); no weighting for ``None``."""
+    if weight is not None:
+        weight = weight.to(per_sample.dtype)
+        sample_weight = target.to(per_sample.dtype) @ weight if target.dtype.is_floating_point else weight[target]
+        per_sample = sample_weight * per_sample
+    if reduction == "none":
+        return per_sample
+    if reduction == "sum" or weight is None:
+        return per_sample.sum() if reduction == "sum" else per_sample.mean()
+    # A batch whose labels all weigh 0 gives 0 (torch's weighted cross-entropy gives NaN).
+    return per_sample.sum() / sample_weight.sum().clamp(min=torch.finfo(per_sample.dtype).tiny)
 
 
 class TopKLoss(Loss):

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from topk.errors import ConfigError
+from topk.losses.base import weighted_reduction
 
 
 def class_weight_vector(spec, class_counts: Sequence[int] | None,
@@ -65,12 +66,4 @@ class ClassWeighted(nn.Module):
         if len(self.weights) != scores.shape[-1]:
             raise ConfigError(f"weights has {len(self.weights)} entries but the scores have "
                               f"{scores.shape[-1]} classes; give one weight per class.")
-        per_sample = self.loss(scores, target)
-        weights = self.weights.to(per_sample.dtype)
-        if target.dtype.is_floating_point:
-            sample_weights = target.to(per_sample.dtype) @ weights
-        else:
-            sample_weights = weights[target]
-        # A batch whose labels all weigh 0 gives 0 (torch's weighted cross-entropy gives NaN).
-        total = sample_weights.sum().clamp(min=torch.finfo(per_sample.dtype).tiny)
-        return (sample_weights * per_sample).sum() / total
+        return weighted_reduction(self.loss(scores, target), target, self.weights, "mean")

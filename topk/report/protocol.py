@@ -67,12 +67,12 @@ def shown(value) -> str:
 def expand(sweep: Mapping[str, str]) -> list[tuple[tuple[str, object], ...]]:
     """Every job of a sweep definition (``{"loss": "ce,topk_group", "seed": "range(2)"}``), as
     ``((key, value), ...)`` pairs, expanded by Hydra's override parser and basic sweeper."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
+    from topk.hydra_callbacks import expand_sweep
+
     parser = OverridesParser.create()
-    overrides = parser.parse_overrides([f"{key}={value}" for key, value in sweep.items()])
-    (jobs,) = BasicSweeper.split_arguments(overrides, None) or [[]]
+    jobs = expand_sweep([f"{key}={value}" for key, value in sweep.items()])
     return [tuple((o.key_or_group, o.value()) for o in parser.parse_overrides(list(job)))
             for job in jobs]
 
