@@ -7,7 +7,7 @@ the published codes.
     python scripts/bench_losses.py --threads 2  # CPU threads (default 1)
 
 Speed: forward+backward time of each loss in ``conf/loss/`` (with its config's parameters) on
-float32 scores 4·N(0,1) [256, n] for n ∈ {100, 1000, 10000} and k ∈ {1, 2, 5, 10, 20} (losses
+float32 scores 4·N(0,1) [256, n] for n ∈ {10, 100, 1000, 10000} and k ∈ {1, 2, 5, 10, 20} (losses
 without k once per n), each as a ratio to torch's cross-entropy timed alternately with it on the
 same scores (so both see the same cache state and machine load); medians over repeats, one
 thread unless ``--threads`` says otherwise; the noised losses also with ``loss.compile=true``
@@ -22,8 +22,10 @@ spread (4·N(0,1), the label raised by 15: about -15 to +30).
 Head-to-head (when ``pip install -e '.[peers]'`` has installed them): ``smooth_svm`` against
 difftopk's copy of B18's published loss (``difftopk.SmoothHardTopKLoss``), ``noised_bal`` and
 ``noised_imbal`` against G22's ``pytopk.BalNoisedTopK`` and ``pytopk.ImbalNoisedTopK``, with our
-configs' parameters, for n ∈ {100, 1000, 10000, 100000} (B18 Table 3's range) and k ∈ {1, 5, 20}:
-cross-entropy, ours and theirs timed alternately in one loop, the peak memory of one
+configs' parameters, at n = 10 and 100 (batch 64 and 256) and n ∈ {1000, 10000, 100000} (batch
+256; B18 Table 3's range) for k ∈ {1, 5, 20}; ``diffsort_topk_ce`` against P22's
+``difftopk.TopKCrossEntropyLoss`` at n = 10 and 100 with each sorter difftopk runs as installed
+(see ``DIFFTOPK_SORTERS``): cross-entropy, ours and theirs timed alternately in one loop, the peak memory of one
 forward+backward of each, and the two values and gradients on the same scores (the noised losses
 given the same noise). Writes ``outputs/bench/losses.json`` and ``outputs/bench/losses.md``.
 ``--device cuda`` (the default where CUDA is present) runs it all on the GPU, synchronising around
@@ -67,7 +69,15 @@ PEER_LOSSES = {
     "smooth_svm": ("difftopk", "difftopk.SmoothHardTopKLoss"),
     "noised_bal": ("pytopk", "pytopk.BalNoisedTopK"),
     "noised_imbal": ("pytopk", "pytopk.ImbalNoisedTopK"),
+    "diffsort_topk_ce": ("difftopk", "difftopk.TopKCrossEntropyLoss"),
 }
+# The sorters of difftopk's top-k cross-entropy that run without torch-sparse (its bitonic network
+# needs it, and torch-sparse has no wheel for every torch), and the class counts they are timed at:
+# its odd-even network takes about 2 s per forward+backward at n = 100 and batch 256.
+DIFFTOPK_SORTERS = ("odd_even", "neuralsort", "softsort")
+DIFFSORT_MAX_N = 100
+# Class counts up to which the head-to-head also times batch 64 (the small-n case: fixed costs).
+SMALL_N = 100
 PEERS_HINT = "pip install -e '.[peers]' to include the published codes"
 # On a CPU, difftopk's smooth SVM takes about 8 s per forward+backward at n = 100,000 and a batch
 # of only 32 (k = 20), so the head-to-head uses that batch there; on a GPU it keeps 256.
@@ -204,6 +214,10 @@ def peer_versions(peers: dict) -> dict:
 
 def peer_loss(name: str, ours, peers: dict, num_classes: int, device: torch.device):
     """The published loss with the parameters of ``ours`` (our config's loss)."""
+    if name == "diffsort_topk_ce":
+        return peers["difftopk"].TopKCrossEntropyLoss(
+            ours.sorter, ours.steepness, list(ours.p_k), num_classes, m=ours.m, distribution=ours.distribution,
+            art_lambda=ours.art_lambda, top1_mode=ours.top1_mode, device=device)
     if name == "smooth_svm":
         if ours.alpha != 1:
             raise ValueError(f"difftopk's smooth SVM has α = 1; our config has α = {ours.alpha}")
@@ -294,21 +308,37 @@ def peak_memory_bytes(step, device: torch.device) -> int | None:
     return None if before is None or after is None else max(after - before, 0)
 
 
-def head_to_head_batch(num_classes: int, device: torch.device) -> int:
-    return CPU_BATCH_AT_100K if device.type == "cpu" and num_classes >= 100_000 else BATCH
+def head_to_head_batches(num_classes: int, device: torch.device) -> list[int]:
+    """The batches the head-to-head times at ``num_classes``: 64 and 256 up to ``SMALL_N``, else
+    256 (``CPU_BATCH_AT_100K`` on a CPU from 100,000 classes)."""
+    if num_classes <= SMALL_N:
+        return [64, BATCH]
+    return [CPU_BATCH_AT_100K if device.type == "cpu" and num_classes >= 100_000 else BATCH]
 
 
-def compare(name: str, k: int, scores, labels, peers: dict, budget: float, min_repeats: int) -> dict:
+def peer_cases(name: str, ks, num_classes: int):
+    """``(row name, k, overrides)`` of the head-to-head rows of our loss ``name`` at
+    ``num_classes``: each ``k`` below it, or for ``diffsort_topk_ce`` (whose K is its p_K's length)
+    each sorter of ``DIFFTOPK_SORTERS`` up to ``DIFFSORT_MAX_N`` classes."""
+    if name != "diffsort_topk_ce":
+        return [(name, k, []) for k in ks if k < num_classes]
+    if num_classes > DIFFSORT_MAX_N:
+        return []
+    return [(f"{name}, sorter={sorter}", None, [f"loss.sorter={sorter}"]) for sorter in DIFFTOPK_SORTERS]
+
+
+def compare(name: str, k: int | None, scores, labels, peers: dict, budget: float, min_repeats: int,
+            overrides=(), row_name: str | None = None) -> dict:
     """One head-to-head row: cross-entropy, ours and theirs timed alternately, peak memory,
     agreement of the values."""
     batch, num_classes = scores.shape
-    ours = build_loss(name, k, num_classes).to(scores.device)
+    ours = build_loss(name, k, num_classes, overrides).to(scores.device)
     theirs = peer_loss(name, ours, peers, num_classes, scores.device)
     steps = [forward_backward(fn, scores, labels) for fn in (F.cross_entropy, ours, theirs)]
     ce, ours_seconds, theirs_seconds = alternate_medians(
         steps, budget, min_repeats, max_repeats=30, sync=synchronizer(scores.device))
     ours_peak, theirs_peak = (peak_memory_bytes(step, scores.device) for step in steps[1:])
-    return {"loss": name, "published": PEER_LOSSES[name][1], "n": num_classes, "k": k, "batch": batch,
+    return {"loss": row_name or name, "published": PEER_LOSSES[name][1], "n": num_classes, "k": k, "batch": batch,
             "ce_seconds": ce, "ours_seconds": ours_seconds, "theirs_seconds": theirs_seconds,
             "ours_ratio_to_ce": ours_seconds / ce, "theirs_ratio_to_ce": theirs_seconds / ce,
             "speedup": theirs_seconds / ours_seconds,
@@ -317,24 +347,22 @@ def compare(name: str, k: int, scores, labels, peers: dict, budget: float, min_r
 
 
 def bench_head_to_head(ns, ks, budget, peers: dict, device=torch.device("cpu"), min_repeats: int = 3,
-                       batch_for=head_to_head_batch) -> list[dict]:
+                       batches_for=head_to_head_batches) -> list[dict]:
     """Ours against every installed published code (``load_peers()``), float32 scores
-    4·N(0,1) [batch, n]; ``batch_for(n, device)`` gives the batch (see ``CPU_BATCH_AT_100K``)."""
+    4·N(0,1) [batch, n]; ``batches_for(n, device)`` gives the batches (see ``SMALL_N``)."""
     rows = []
     generator = torch.Generator().manual_seed(2)
     for n in ns:
-        batch = batch_for(n, device)
-        scores = (4 * torch.randn(batch, n, generator=generator)).to(device)
-        labels = torch.randint(0, n, (batch,), generator=generator).to(device)
-        for name, (package, _) in PEER_LOSSES.items():
-            for k in ks:
-                if package not in peers or k >= n:
-                    continue
-                row = compare(name, k, scores, labels, peers, budget, min_repeats)
-                rows.append(row)
-                print(f"n={n:>6} {name:>12} k={k:>2} batch {batch}: CE {1e3 * row['ce_seconds']:.2f} ms, "
-                      f"ours {1e3 * row['ours_seconds']:.2f} ms, theirs {1e3 * row['theirs_seconds']:.2f} ms, "
-                      f"|Δ loss| {row['abs_value_difference']:.1e}", flush=True)
+        for batch in batches_for(n, device):
+            scores = (4 * torch.randn(batch, n, generator=generator)).to(device)
+            labels = torch.randint(0, n, (batch,), generator=generator).to(device)
+            for name, (package, _) in PEER_LOSSES.items():
+                for row_name, k, overrides in (peer_cases(name, ks, n) if package in peers else []):
+                    row = compare(name, k, scores, labels, peers, budget, min_repeats, overrides, row_name)
+                    rows.append(row)
+                    print(f"n={n:>6} {row_name:>12} k={k!s:>4} batch {batch}: CE {1e3 * row['ce_seconds']:.2f} ms, "
+                          f"ours {1e3 * row['ours_seconds']:.2f} ms, theirs {1e3 * row['theirs_seconds']:.2f} ms, "
+                          f"|Δ loss| {row['abs_value_difference']:.1e}", flush=True)
     return rows
 
 
@@ -419,9 +447,12 @@ def head_to_head_markdown(rows, versions: dict, where: str) -> str:
         "| loss | published | n | k | batch | CE (ms) | ours (ms, ×CE) | theirs (ms, ×CE) | ours / theirs speed-up "
         "| peak memory ours / theirs (MB) | abs Δ loss | max abs Δ grad |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in sorted(rows, key=lambda row: (list(PEER_LOSSES).index(row["loss"]), row["n"], row["k"])):
+    order = list(PEER_LOSSES)
+    for row in sorted(rows, key=lambda row: (order.index(row["loss"].split(",")[0]), row["n"], row["batch"],
+                                             row["k"] or 0, row["loss"])):
         lines.append(
-            f"| {row['loss']} | `{row['published']}` | {row['n']} | {row['k']} | {row['batch']} "
+            f"| {row['loss']} | `{row['published']}` | {row['n']} | {'–' if row['k'] is None else row['k']} "
+            f"| {row['batch']} "
             f"| {1e3 * row['ce_seconds']:.2f} "
             f"| {1e3 * row['ours_seconds']:.2f} ({row['ours_ratio_to_ce']:.1f}×) "
             f"| {1e3 * row['theirs_seconds']:.2f} ({row['theirs_ratio_to_ce']:.1f}×) "
@@ -454,7 +485,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     torch.set_num_threads(args.threads)
-    ns = [1000] if args.quick else [100, 1000, 10000]
+    ns = [1000] if args.quick else [10, 100, 1000, 10000]
     ks = [5, 20] if args.quick else [1, 2, 5, 10, 20]
     budget = 0.3 if args.quick else 1.0
     peers = load_peers()
@@ -462,7 +493,7 @@ def main(argv=None) -> int:
         print(f"{PEERS_HINT}.", flush=True)
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         speed = bench_speed(ns, ks, budget, device)
-        head_to_head = bench_head_to_head([1000] if args.quick else [100, 1000, 10000, 100000],
+        head_to_head = bench_head_to_head([1000] if args.quick else [10, 100, 1000, 10000, 100000],
                                           [5] if args.quick else [1, 5, 20], budget, peers, device)
     esp_rows = bench_esp_forward([1000] if args.quick else [100, 1000, 10000, 100000], budget, device)
     stability = bench_stability()

@@ -33,7 +33,7 @@ def tiny_head_to_head(bench, peers):
     try:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
             return bench["bench_head_to_head"]([10], [2], 0.0, peers, min_repeats=1,
-                                               batch_for=lambda n, device: 8)
+                                               batches_for=lambda n, device: [8])
     finally:
         torch.set_num_threads(threads)
 
@@ -56,9 +56,11 @@ def test_head_to_head_rows_agree_with_the_published_codes(bench):
     rows = tiny_head_to_head(bench, peers)
     assert [(row["loss"], row["published"]) for row in rows] == [
         ("smooth_svm", "difftopk.SmoothHardTopKLoss"), ("noised_bal", "pytopk.BalNoisedTopK"),
-        ("noised_imbal", "pytopk.ImbalNoisedTopK")]
+        ("noised_imbal", "pytopk.ImbalNoisedTopK")] + [
+        (f"diffsort_topk_ce, sorter={sorter}", "difftopk.TopKCrossEntropyLoss")
+        for sorter in ("odd_even", "neuralsort", "softsort")]
     for row in rows:
-        assert (row["n"], row["k"], row["batch"]) == (10, 2, 8)
+        assert (row["n"], row["k"], row["batch"]) == (10, None if row["loss"].startswith("diffsort") else 2, 8)
         assert min(row["ce_seconds"], row["ours_seconds"], row["theirs_seconds"]) > 0
         assert row["speedup"] == pytest.approx(row["theirs_seconds"] / row["ours_seconds"])
         # same scores (and, for the noised losses, the same noise): same values and gradients
@@ -70,7 +72,7 @@ def test_head_to_head_rows_agree_with_the_published_codes(bench):
     assert lines[0] == "### Ours against the published codes (forward+backward, float32, CPU, 1 thread)"
     header = next(line for line in lines if line.startswith("| loss |"))
     assert header.count("|") == 13 and "ours / theirs speed-up" in header
-    assert sum(line.startswith("| noised") or line.startswith("| smooth") for line in lines) == 3
+    assert sum(line.startswith(("| noised", "| smooth", "| diffsort")) for line in lines) == 6
     assert "pytopk 0.1.0" in text and "difftopk 0.2.0" in text
 
 
@@ -85,6 +87,15 @@ def test_gpu_sync_check_dry_run_on_the_cpu(tmp_path):
     assert result["losses"] == [{"loss": "noised_imbal", "sync": None, "result": "ran (CPU: no sync check)",
                                  "where": None}]
     assert "| noised_imbal | ran (CPU: no sync check) | – |" in (tmp_path / "sync_check.md").read_text()
+
+
+def test_small_class_counts_are_timed_at_two_batches_and_diffsort_only_there(bench):
+    cpu = torch.device("cpu")
+    assert [bench["head_to_head_batches"](n, cpu) for n in (10, 100, 1000, 100_000)] == [[64, 256], [64, 256], [256], [32]]
+    assert bench["head_to_head_batches"](100_000, torch.device("cuda")) == [256]
+    assert [k for _, k, _ in bench["peer_cases"]("noised_bal", [1, 5, 20], 10)] == [1, 5]
+    assert len(bench["peer_cases"]("diffsort_topk_ce", [1, 5, 20], 100)) == 3
+    assert bench["peer_cases"]("diffsort_topk_ce", [1, 5, 20], 1000) == []
 
 
 def test_cpu_description_names_the_thread_count_that_timed_it(bench):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import unittest.mock
 
 import pytest
 import torch
@@ -78,6 +79,27 @@ def seeded(function, seed):
     return run
 
 
+@pytest.fixture(params=["small inputs", "candidates", "every column"])
+def path(request, monkeypatch):
+    """Each way :func:`perturbed.perturbed_kth_largest` selects: the tests' inputs are small and
+    take the first unless ``SMALL_PERTURBATION`` is lowered; then eager mode on the CPU takes the
+    candidates, and :func:`sync_free` every column as on an accelerator."""
+    if request.param != "small inputs":
+        monkeypatch.setattr(perturbed, "SMALL_PERTURBATION", 0)
+    with sync_free() if request.param == "every column" else contextlib.nullcontext():
+        yield request.param
+
+
+def test_small_inputs_select_along_the_classes_and_larger_ones_take_the_candidates():
+    """Up to SMALL_PERTURBATION perturbed scores (batch · B · n) no candidates are chosen."""
+    scores = torch.randn(64, 10)
+    with unittest.mock.patch.object(perturbed, "candidates_perturbed", side_effect=AssertionError("candidates")):
+        perturbed_topk(scores, 2, 0.2, 10)  # 6,400 perturbed scores
+        with pytest.raises(AssertionError, match="candidates"):
+            perturbed_topk(torch.randn(64, 100), 2, 0.2, 10)  # 64,000
+    assert 64 * 10 * 100 > perturbed.SMALL_PERTURBATION >= 64 * 10 * 10
+
+
 def standard_noise(seed, n_samples, batch, n):
     return torch.randn(n_samples, batch, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
@@ -87,7 +109,7 @@ def standard_noise(seed, n_samples, batch, n):
 
 @pytest.mark.parametrize("n,k", [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5, n) if k <= n])
 @pytest.mark.parametrize("epsilon", [0.05, 1.0])
-def test_perturbed_topk_matches_brute_force(n, k, epsilon):
+def test_perturbed_topk_matches_brute_force(n, k, epsilon, path):
     generator = torch.Generator().manual_seed(100 * n + k)
     scores = 3 * torch.randn(6, n, generator=generator, dtype=torch.float64)
     noise = torch.randn(7, 6, n, generator=generator, dtype=torch.float64)
@@ -103,7 +125,8 @@ def candidates(scores, k, epsilon, noise):
     return candidates_perturbed(scores, k, epsilon, noise_source(noise.shape[0], scores, noise=noise))
 
 
-def test_perturbed_topk_on_candidates_matches_brute_force():
+def test_perturbed_topk_on_candidates_matches_brute_force(monkeypatch):
+    monkeypatch.setattr(perturbed, "SMALL_PERTURBATION", 0)
     # Spread scores and small ε: noise is drawn for a few columns per row only.
     generator = torch.Generator().manual_seed(7)
     scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
@@ -213,7 +236,7 @@ def test_top_columns_are_distinct_columns_with_their_scores_and_often_the_top_k(
     assert torch.equal(top_columns(small, 6)[1], torch.topk(small, 6, dim=1).values)
 
 
-def test_g22_worked_example():
+def test_g22_worked_example(path):
     # G22 §3.2: s = [2.4, 2.6, 2.3, 0.5], K = 2, ε = 1 and the paper's three noise vectors.
     scores = torch.tensor([[2.4, 2.6, 2.3, 0.5]], dtype=torch.float64)
     noise = torch.tensor(
@@ -285,23 +308,20 @@ def test_monte_carlo_converges_to_the_smoothed_top_k(n_samples):
         assert (grad[0] - exact_gradient).abs().max() <= 5 * 0.5 / n_samples**0.5
 
 
-def test_generator_makes_draws_reproducible_and_every_call_draws_anew():
+def test_generator_makes_draws_reproducible_and_every_call_draws_anew(path):
     scores = torch.randn(8, 6, dtype=torch.float64)
-    for candidates_only in (True, False):
-        with contextlib.nullcontext() if candidates_only else sync_free():
-            first = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
-            again = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
-            assert torch.equal(first, again)
-            generator = torch.Generator().manual_seed(5)
-            assert not torch.equal(perturbed_topk(scores, 2, 1.0, 3, generator),
-                                   perturbed_topk(scores, 2, 1.0, 3, generator))
-    # For every column, the draw is a standard normal [n_samples, batch, n] in the scores' dtype.
-    expected, _ = oracle_perturbed_topk(scores, 2, 1.0, standard_noise(5, 3, 8, 6))
-    torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-12)
+    first = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
+    again = perturbed_topk(scores, 2, 1.0, 3, torch.Generator().manual_seed(5))
+    assert torch.equal(first, again)
+    generator = torch.Generator().manual_seed(5)
+    assert not torch.equal(perturbed_topk(scores, 2, 1.0, 3, generator), perturbed_topk(scores, 2, 1.0, 3, generator))
     assert perturbed_topk(scores.float(), 2, 1.0, 3).dtype == torch.float32
+    if path != "candidates":  # every column: the draw is a standard normal [n_samples, batch, n] in the scores' dtype
+        expected, _ = oracle_perturbed_topk(scores, 2, 1.0, standard_noise(5, 3, 8, 6))
+        torch.testing.assert_close(first, expected, rtol=1e-12, atol=1e-12)
 
 
-def test_perturbed_topk_gradcheck():
+def test_perturbed_topk_gradcheck(path):
     generator = torch.Generator().manual_seed(9)
     scores = torch.randn(3, 6, generator=generator, dtype=torch.float64, requires_grad=True)
     noise = torch.randn(4, 3, 6, generator=generator, dtype=torch.float64)
@@ -315,7 +335,7 @@ CASES = [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5) if k < n]
 
 @pytest.mark.parametrize("n,k", CASES)
 @pytest.mark.parametrize("imbalanced", [False, True])
-def test_noised_losses_match_brute_force(n, k, imbalanced):
+def test_noised_losses_match_brute_force(n, k, imbalanced, path):
     generator = torch.Generator().manual_seed(10 * n + k + 1000 * imbalanced)
     scores = torch.randn(9, n, generator=generator, dtype=torch.float64)
     labels = torch.randint(0, n, (9,), generator=generator)
@@ -326,15 +346,17 @@ def test_noised_losses_match_brute_force(n, k, imbalanced):
     else:
         loss = NoisedTopKHingeLoss(k, epsilon=0.3, n_samples=4)
         margins, scale = [1.0] * n, 1.0
-    with sync_free():  # noise for every column: the seeded draw is standard_noise(n, 4, 9, n)
-        value, grad = value_and_grad(seeded(loss, seed=n), scores, labels)
+    if path == "candidates":
+        pytest.skip("the candidates draw their noise in another order than standard_noise")
+    # noise for every column: the seeded draw is standard_noise(n, 4, 9, n)
+    value, grad = value_and_grad(seeded(loss, seed=n), scores, labels)
     expected_value, expected_grad = oracle_noised_loss(scores, labels, k, 0.3, standard_noise(n, 4, 9, n), margins, scale)
     assert expected_value > 0
     torch.testing.assert_close(value, expected_value, rtol=1e-9, atol=1e-12)
     torch.testing.assert_close(grad, expected_grad, rtol=1e-9, atol=1e-12)
 
 
-def test_functional_noised_hinge_with_given_noise_matches_brute_force():
+def test_functional_noised_hinge_with_given_noise_matches_brute_force(path):
     generator = torch.Generator().manual_seed(2)
     scores = 4 * torch.randn(16, 10, generator=generator, dtype=torch.float64)
     labels = torch.randint(0, 10, (16,), generator=generator)
@@ -382,7 +404,7 @@ def test_mixup_target_is_the_mix_of_the_two_label_losses_under_the_same_noise(ma
     torch.testing.assert_close((value, grad), expected, rtol=1e-12, atol=1e-14)
 
 
-def test_noised_losses_gradcheck_under_fixed_noise():
+def test_noised_losses_gradcheck_under_fixed_noise(path):
     generator = torch.Generator().manual_seed(6)
     scores = torch.randn(5, 6, generator=generator, dtype=torch.float64, requires_grad=True)
     labels = torch.randint(0, 6, (5,), generator=generator)

@@ -19,6 +19,9 @@ from topk.sync import reads_are_free
 
 # A standard normal exceeds NOISE_BOUND with probability Φ̄(8) = erfc(8/√2)/2 ≈ 6.2e-16.
 NOISE_BOUND = 8.0
+# Perturbed scores (batch · n_samples · n) up to which every column is perturbed and torch.kthvalue
+# selects along the classes (see perturbed_kth_largest).
+SMALL_PERTURBATION = 32_768
 
 
 def check_perturbation(epsilon: float, n_samples: int) -> None:
@@ -41,6 +44,16 @@ def noise_source(n_samples: int, scores: torch.Tensor, generator: torch.Generato
         return draw
     noise = noise.to(scores.device, scores.dtype)
     return lambda rows, columns: noise[:, rows, columns]
+
+
+def every_column_noise(n_samples: int, scores: torch.Tensor, generator: torch.Generator | None = None,
+                       noise: torch.Tensor | None = None) -> torch.Tensor:
+    """Standard normal noise ``[n_samples, batch, n]`` for every score, a fresh tensor: drawn on
+    the scores' device in their dtype from ``generator`` (the draw :func:`noise_source` makes for
+    every entry), or a copy of ``noise``."""
+    if noise is None:
+        return torch.randn((n_samples, *scores.shape), generator=generator, device=scores.device, dtype=scores.dtype)
+    return noise.to(scores.device, scores.dtype, copy=True)
 
 
 def every_column(scores: torch.Tensor) -> torch.Tensor:
@@ -231,32 +244,76 @@ def kth_largest_of(perturbed: torch.Tensor, k: int, compile: bool) -> tuple[torc
         ) from None
 
 
-class _KthLargestOfPerturbed(torch.autograd.Function):
-    """Eq. 11 forward and eq. 12 backward, given the perturbed candidates of ``scores``.
+def perturbed_kth_largest(
+    scores: torch.Tensor,
+    k: int,
+    epsilon: float,
+    n_samples: int,
+    generator: torch.Generator | None = None,
+    noise: torch.Tensor | None = None,
+    compile: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k-th largest value of each perturbed vector ``s + εZ_b`` and its column, both
+    ``[n_samples, batch]`` (``[1, batch]`` for ``ε = 0``, where no noise is drawn), computed from
+    the values of ``scores`` outside autograd. One of three ways, chosen from shapes and Python
+    values:
 
-    ``perturbed [M, n_samples, batch]`` holds ``s_j + εZ_j`` for the candidate ``columns
-    [M, batch]`` of each row; it is built outside autograd, and its derivative in ``s`` is the
-    identity, so the gradient is the average one-hot of the column holding each k-th largest value.
-    With ``labels``, ``s_y`` is subtracted, and ``-e_y`` added to the gradient in the same pass.
+    - **small inputs**, up to ``SMALL_PERTURBATION`` perturbed scores ``batch · B · n`` (n = 10,
+      or n = 100 at batch 64 and B = 5): every column is perturbed and ``torch.kthvalue`` selects
+      along the classes, on every device. There the fixed cost of choosing candidates outweighs
+      what they save: on 1 CPU thread at batch 64 (G22's settings, k = 1 and 5, alternated), the
+      noised loss's forward+backward took 0.17–0.24 ms this way at n = 10 and 20 where the
+      candidates took 0.35–0.40 ms, and 0.29–0.32 against 0.39–0.45 ms at n = 100 and B = 5;
+      from about 45,000 perturbed scores up (n = 70, batch 64, B = 10) the candidates were faster.
+    - **in eager mode on the CPU**, noise only for the columns that can hold the k-th largest
+      value (:func:`candidates_perturbed`), the k rounds of :func:`kth_largest_of` over them;
+    - **on an accelerator and under torch.compile**, the same rounds over every column (nothing
+      is read on the host).
+
+    The candidates' path draws its noise in another order, so the same seed gives other noise
+    there; given ``noise`` gives the same result on every path.
     """
+    scores = scores.detach()
+    batch, num_classes = scores.shape
+    if epsilon == 0:  # top_K(s) itself, over every column
+        values, positions = kth_largest_of(scores.T.unsqueeze(1), k, compile)
+        return values, every_column(scores).gather(0, positions)
+    if batch * n_samples * num_classes <= SMALL_PERTURBATION:
+        perturbed = every_column_noise(n_samples, scores, generator, noise).mul_(epsilon).add_(scores)
+        return torch.kthvalue(perturbed, num_classes - k + 1, dim=2)
+    columns, perturbed = candidates_perturbed(scores, k, epsilon, noise_source(n_samples, scores, generator, noise))
+    values, positions = kth_largest_of(perturbed, k, compile)
+    return values, columns.gather(0, positions)
+
+
+def mean_of_one_hots(grad_output: torch.Tensor, kth_columns: torch.Tensor, num_classes: int,
+                     labels: torch.Tensor | None = None) -> torch.Tensor:
+    """``grad_output[i] · ((1/B) Σ_b e_{c_bi} - e_{y_i})``, the gradient ``[batch, n]`` of eq. 12 for
+    the k-th largest columns ``c = kth_columns [B, batch]`` (less the labels' ``e_y`` if given)."""
+    n_samples, batch = kth_columns.shape
+    weights = (grad_output / n_samples).unsqueeze(1).expand(batch, n_samples)
+    grad = grad_output.new_zeros(batch, num_classes).scatter_add_(1, kth_columns.T, weights)
+    if labels is not None:
+        grad.scatter_add_(1, labels.unsqueeze(1), -grad_output.unsqueeze(1))
+    return grad
+
+
+class _MeanOfKthLargest(torch.autograd.Function):
+    """Eq. 11 forward and eq. 12 backward, given the k-th largest perturbed ``values`` and their
+    ``columns`` (:func:`perturbed_kth_largest`): the perturbed scores are built outside autograd
+    and their derivative in ``s`` is the identity, so the gradient is the average one-hot of the
+    columns holding the k-th largest values."""
 
     @staticmethod
-    def forward(ctx, scores, perturbed, columns, k, compile, labels):
-        values, positions = kth_largest_of(perturbed, k, compile)  # [n_samples, batch]
-        ctx.save_for_backward(columns.gather(0, positions), labels)
+    def forward(ctx, scores, values, columns):
+        ctx.save_for_backward(columns)
         ctx.num_classes = scores.shape[1]
-        threshold = values.mean(dim=0)
-        return threshold if labels is None else threshold - scores.gather(1, labels.unsqueeze(1)).squeeze(1)
+        return values.mean(dim=0)
 
     @staticmethod
     def backward(ctx, grad_output):
-        kth_columns, labels = ctx.saved_tensors
-        n_samples, batch = kth_columns.shape
-        weights = (grad_output / n_samples).unsqueeze(1).expand(batch, n_samples)
-        grad = grad_output.new_zeros(batch, ctx.num_classes).scatter_add_(1, kth_columns.T, weights)
-        if labels is not None:
-            grad.scatter_add_(1, labels.unsqueeze(1), -grad_output.unsqueeze(1))
-        return grad, None, None, None, None, None
+        (columns,) = ctx.saved_tensors
+        return mean_of_one_hots(grad_output, columns, ctx.num_classes), None, None
 
 
 def perturbed_topk(
@@ -267,7 +324,6 @@ def perturbed_topk(
     generator: torch.Generator | None = None,
     noise: torch.Tensor | None = None,
     compile: bool = False,
-    minus_labels: torch.Tensor | None = None,
 ) -> torch.Tensor:
     r"""Monte Carlo smoothed K-th largest score ``top̂_{K,ε,B}(s)`` of G22 eq. 11, a ``[batch]`` tensor.
 
@@ -279,11 +335,10 @@ def perturbed_topk(
     ``(1/B) Σ_b argtop_K(s + εZ_b)`` (G22 eq. 12; the worked example of §3.2 gives 2.47 and
     ``[1/3, 1/3, 1/3, 0]``). Fresh noise is drawn at every call, on the scores' device and in
     their dtype. ``ε = 0`` gives ``top_K(s)`` exactly (no noise is drawn). In eager mode on the
-    CPU, noise is drawn only for the columns that can hold the K-th largest perturbed value (see
-    :func:`candidates_perturbed`; the result differs from drawing every column with probability
-    below ``n·6.2e-16`` per perturbed vector); on an accelerator and under ``torch.compile``,
-    for every column (nothing is read on the host). The same seed therefore draws different
-    noise on the two paths; given ``noise`` gives the same result on both.
+    CPU, above ``SMALL_PERTURBATION`` perturbed scores, noise is drawn only for the columns that
+    can hold the K-th largest perturbed value (see :func:`candidates_perturbed`; the result
+    differs from drawing every column with probability below ``n·6.2e-16`` per perturbed
+    vector); elsewhere for every column (see :func:`perturbed_kth_largest`).
 
     Parameters
     ----------
@@ -300,13 +355,31 @@ def perturbed_topk(
         Given standard normal noise instead of drawn noise (e.g. G22's worked example).
     compile : bool
         Select the K-th largest values with :func:`compiled_kth_largest` (same results, one
-        kernel; the noise is drawn as without it).
-    minus_labels : Tensor ``[batch]`` of int64, optional
-        Return ``top̂_{K,ε,B}(s) - s_y`` for these labels ``y``, the hinge's difference (G22 eq.
-        10), with one gradient written for both terms: 0.12 to 0.21 ms (about 5%) less per
-        forward+backward of the noised loss at batch 256 and n = 1000 (two threads) than
-        subtracting a gathered ``s_y``, whose gradient is a second ``[batch, n]`` tensor, then added.
+        kernel; the noise is drawn as without it; small inputs use ``torch.kthvalue`` either way).
+
+    Examples
+    --------
+    G22's worked example (§3.2): the 2nd largest of ``s = (2.4, 2.6, 2.3, 0.5)`` under the paper's
+    three noise vectors at ε = 1 is 2.47 on average, and its gradient spreads over three scores.
+
+    >>> import torch
+    >>> from topk.functional.perturbed import perturbed_topk
+    >>> s = torch.tensor([[2.4, 2.6, 2.3, 0.5]], requires_grad=True)
+    >>> z = torch.tensor([[[0.2, -0.1, 0.1, 0.3]], [[0.1, 0.1, -0.1, 0.1]], [[-0.1, -0.1, 0.1, -0.1]]])
+    >>> value = perturbed_topk(s, 2, 1.0, 3, noise=z)
+    >>> round(value.item(), 2)
+    2.47
+    >>> value.backward(); s.grad
+    tensor([[0.3333, 0.3333, 0.3333, 0.0000]])
     """
+    check_perturbation_inputs(scores, k, epsilon, n_samples, noise)
+    return _MeanOfKthLargest.apply(scores, *perturbed_kth_largest(scores, k, epsilon, n_samples, generator, noise,
+                                                                   compile))
+
+
+def check_perturbation_inputs(scores: torch.Tensor, k: int, epsilon: float, n_samples: int,
+                              noise: torch.Tensor | None) -> None:
+    """Raise ``ValueError`` unless ``k``, ``ε``, ``B`` and the given ``noise`` fit ``scores``."""
     check_perturbation(epsilon, n_samples)
     batch, num_classes = scores.shape
     if not 1 <= k <= num_classes:
@@ -316,9 +389,3 @@ def perturbed_topk(
             f"noise must have shape [n_samples, batch, classes] = {[n_samples, batch, num_classes]}, "
             f"got {list(noise.shape)}"
         )
-    if epsilon == 0:  # top_K(s) itself, over every column
-        return _KthLargestOfPerturbed.apply(scores, scores.detach().T.unsqueeze(1), every_column(scores), k, compile,
-                                            minus_labels)
-    draw = noise_source(n_samples, scores, generator, noise)
-    columns, perturbed = candidates_perturbed(scores.detach(), k, epsilon, draw)
-    return _KthLargestOfPerturbed.apply(scores, perturbed, columns, k, compile, minus_labels)

@@ -10,7 +10,13 @@ from collections.abc import Sequence
 import torch
 import torch.nn.functional as F
 
-from topk.functional.perturbed import check_perturbation, perturbed_topk
+from topk.functional.perturbed import (
+    check_perturbation,
+    check_perturbation_inputs,
+    mean_of_one_hots,
+    perturbed_kth_largest,
+    perturbed_topk,
+)
 from topk.losses.base import TopKLoss
 from topk.losses.margin import check_scale, ldam_margins, margins_for
 from topk.losses.targets import check_k, loss_inputs, shift_to_row_max
@@ -19,23 +25,25 @@ from topk.losses.targets import check_k, loss_inputs, shift_to_row_max
 def noised_topk_hinge(
     scores: torch.Tensor,
     target: torch.Tensor,
-    margins: torch.Tensor,
+    margins: torch.Tensor | float,
     k: int,
     epsilon: float,
     n_samples: int,
     generator: torch.Generator | None = None,
     noise: torch.Tensor | None = None,
     compile: bool = False,
+    scale: float = 1.0,
 ) -> torch.Tensor:
-    r"""Per-sample ``(m_y + top̂_{K+1,ε,B}(s) - s_y)_+`` (G22 eq. 10 and 13), a ``[batch]`` tensor.
+    r"""Per-sample ``λ (m_y + top̂_{K+1,ε,B}(s) - s_y)_+`` (G22 eq. 10 and 13; ``λ = scale``, see
+    :class:`NoisedImbalancedTopKHingeLoss`), a ``[batch]`` tensor.
 
     ``top̂_{K+1,ε,B}`` is :func:`~topk.functional.perturbed.perturbed_topk` (eq. 11); the
     gradient is G22 eq. 12, ``1{m_y + top̂ > s_y} · (argtop̂_{K+1,ε,B}(s) - e_y)`` (G22 writes ``≥``;
     the two differ only on the kink). ``margins`` is
-    ``[n]``. The smoothed threshold does not depend on the label, so a probability target ``t``
+    ``[n]``, or one number for every class. The smoothed threshold does not depend on the label, so a probability target ``t``
     (Mixup) gives ``Σ_i t_i (m_i + top̂ - s_i)_+`` with one noise draw shared by all labels: for
     ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
-    ``generator``, ``noise`` and ``compile`` are passed to ``perturbed_topk``. ``scores`` and
+    ``generator``, ``noise`` and ``compile`` are those of ``perturbed_topk``. ``scores`` and
     ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns.
 
     The loss is invariant to adding a constant to every score of a row (under the same noise,
@@ -45,12 +53,40 @@ def noised_topk_hinge(
     would round away.
     """
     check_k(k, scores.shape[1])
-    scores = shift_to_row_max(scores)
     if target.dtype.is_floating_point:
+        scores = shift_to_row_max(scores)
         threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile)
-        return (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
-    difference = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile, minus_labels=target)
-    return F.relu(margins[target] + difference)
+        return scale * (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
+    check_perturbation_inputs(scores, k + 1, epsilon, n_samples, noise)
+    shifted = shift_to_row_max(scores.detach())
+    values, columns = perturbed_kth_largest(shifted, k + 1, epsilon, n_samples, generator, noise, compile)
+    margin = margins[target] if isinstance(margins, torch.Tensor) else margins
+    return _Hinge.apply(scores, shifted, values, columns, target, margin, scale)
+
+
+class _Hinge(torch.autograd.Function):
+    """``λ (m_y + top̂ - s_y)_+`` per sample (G22 eq. 10 and 13) from the k-th largest perturbed
+    ``values`` and their ``columns`` ``[B, batch]``, with gradient eq. 12 written in one pass:
+    ``λ 1{m_y + top̂ > s_y} · ((1/B) Σ_b e_{c_b} - e_y)``. One autograd node where the threshold,
+    the label's score, the margin, the ReLU and λ would take five: at n = 10 and batch 64 (1 CPU
+    thread), 0.15 ms per forward+backward of the noised loss against 0.19 ms for those nodes,
+    pytopk's taking 0.16 ms. ``shifted`` holds the scores less their row maximum (detached):
+    the value comes from them, the gradient is the scores' own (the loss is shift-invariant)."""
+
+    @staticmethod
+    def forward(ctx, scores, shifted, values, columns, labels, margin, scale):
+        hinge = values.mean(dim=0).add_(margin).sub_(shifted.gather(1, labels.unsqueeze(1)).squeeze(1))
+        active = hinge > 0
+        ctx.save_for_backward(columns, labels, active)
+        ctx.num_classes, ctx.scale = scores.shape[1], scale
+        hinge.clamp_(min=0)
+        return hinge if scale == 1 else hinge.mul_(scale)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        columns, labels, active = ctx.saved_tensors
+        grad_output = grad_output * active if ctx.scale == 1 else grad_output * active * ctx.scale
+        return mean_of_one_hots(grad_output, columns, ctx.num_classes, labels), None, None, None, None, None, None
 
 
 class NoisedTopKHingeLoss(TopKLoss):
@@ -99,7 +135,7 @@ class NoisedTopKHingeLoss(TopKLoss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
-        margins = scores.new_ones(scores.shape[1])
+        margins = 1.0
         hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
         return self.reduce(hinge, target, scores.shape[1])
 
@@ -177,5 +213,6 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
         margins = margins_for(self.margins, scores)
-        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
-        return self.reduce(self.scale * hinge, target, scores.shape[1])
+        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile,
+                                  scale=self.scale)
+        return self.reduce(hinge, target, scores.shape[1])
