@@ -60,7 +60,7 @@ def noised_topk_hinge(
     check_perturbation_inputs(scores, k + 1, epsilon, n_samples, noise)
     shifted = shift_to_row_max(scores.detach())
     values, columns = perturbed_kth_largest(shifted, k + 1, epsilon, n_samples, generator, noise, compile)
-    margin = margins[target] if isinstance(margins, torch.Tensor) else margins
+    margin = margins.index_select(0, target) if isinstance(margins, torch.Tensor) else margins
     return _Hinge.apply(scores, shifted, values, columns, target, margin, scale)
 
 
@@ -120,6 +120,18 @@ class NoisedTopKHingeLoss(TopKLoss):
 
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import CalibratedTopKHingeLoss, NoisedTopKHingeLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> _ = torch.manual_seed(0)  # the noise is drawn from torch's generator
+    >>> round(NoisedTopKHingeLoss(k=2, epsilon=0.2, n_samples=10)(scores, labels).item(), 4)
+    0.7561
+    >>> NoisedTopKHingeLoss(k=2, epsilon=0.0)(scores, labels), CalibratedTopKHingeLoss(k=2)(scores, labels)
+    (tensor(0.7500), tensor(0.7500))
     """
 
     def __init__(self, k: int = 5, epsilon: float = 0.2, n_samples: int = 10, compile: bool = False,
@@ -179,6 +191,18 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
 
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import NoisedImbalancedTopKHingeLoss
+    >>> scores = torch.tensor([[0.9, 0.1, -0.3, 0.2], [0.2, 0.3, 0.1, 0.6]])  # cosine scores
+    >>> labels = torch.tensor([1, 2])
+    >>> loss = NoisedImbalancedTopKHingeLoss(k=2, epsilon=0.01, n_samples=5, max_margin=0.2, scale=60.0,
+    ...                                      class_counts=[500, 100, 20, 5])
+    >>> _ = torch.manual_seed(0)
+    >>> round(loss(scores, labels).item(), 4)
+    9.8462
     """
 
     def __init__(
