@@ -8,7 +8,7 @@ EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet
                p22_cifar p22_imagenet zoo_cifar100 zoo_plantnet
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
-.PHONY: install install-peers demo test test-all lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
+.PHONY: install install-peers demo test test-all docs lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed
 
@@ -32,6 +32,17 @@ test: install
 # Everything, including the cases marked slow (every diffsort_topk_ce sorter and mode compiled).
 test-all: install
 	OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS)
+
+# The documentation site, from docs/ and the docstrings, into outputs/docs/ (open
+# outputs/docs/index.html from disk). Warnings are errors: a broken reference fails the build.
+docs: $(VENV)/.docs-installed
+	rm -rf outputs/docs
+	$(PY) -m sphinx -W --keep-going -q -b html docs outputs/docs
+	@echo "The documentation site: outputs/docs/index.html"
+
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e '.[docs]'
+	touch $@
 
 lint: install
 	$(PY) -m ruff check topk scripts tests train.py

@@ -200,6 +200,17 @@ def topk_accuracies(scores: torch.Tensor, labels: torch.Tensor, ks: Sequence[int
     labels' range and NaN scores are read on the host here even on an accelerator (a wait for
     the device, once per call; the engine counts its batches with
     :meth:`TopKAccumulator.update`, which does not). An empty batch is refused.
+
+    Examples
+    --------
+    Ties count against the model: the second sample's label shares its score with another class.
+
+    >>> import torch
+    >>> from topk import topk_accuracies
+    >>> scores = torch.tensor([[0.1, 0.7, 0.2], [0.5, 0.5, 0.0], [0.9, 0.05, 0.05]])
+    >>> accuracies = topk_accuracies(scores, torch.tensor([1, 0, 2]), ks=[1, 2])
+    >>> {name: round(value, 2) for name, value in accuracies.items()}
+    {'top1': 33.33, 'top2': 66.67, 'macro_top1': 33.33, 'macro_top2': 66.67}
     """
     check_scores(scores)
     check_labels(scores, labels)

@@ -72,7 +72,24 @@ def weighted_reduction(per_sample: torch.Tensor, target: torch.Tensor, weight: t
 class TopKLoss(Loss):
     """Holds and checks ``k`` (a whole number of at least 1); the class count is checked against
     it at every call. The constructors' refusals are ``ValueError`` sentences naming the
-    argument (:mod:`topk.functional.arguments`)."""
+    argument (:mod:`topk.functional.arguments`).
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk.losses.base import TopKLoss
+    >>> class PlainTopKHinge(TopKLoss):  # (1 + k-th largest other score - s_y)_+
+    ...     def per_label_loss(self, scores, labels):
+    ...         label_scores = scores.gather(1, labels[:, None]).squeeze(1)
+    ...         others = scores.scatter(1, labels[:, None], float("-inf"))
+    ...         return (1 + others.topk(self.k, dim=1).values[:, -1] - label_scores).clamp(min=0)
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> PlainTopKHinge(k=2)(scores, labels)
+    tensor(1.)
+    >>> PlainTopKHinge(k=2, reduction="none")(scores, labels)
+    tensor([0.5000, 1.5000])
+    """
 
     def __init__(self, k: int = 5, weight=None, reduction: str = "mean"):
         super().__init__(weight, reduction)

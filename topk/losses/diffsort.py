@@ -117,8 +117,23 @@ class DiffSortTopKCrossEntropyLoss(Loss):
         Top-m truncation, ``K < m < n``: only the label's score and the ``m - 1`` largest others
         are sorted (P22's ImageNet runs: 16); ``None`` sorts all ``n``.
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
     is ``Σ_i t_i L(s, i)``; returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import DiffSortTopKCrossEntropyLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> loss = DiffSortTopKCrossEntropyLoss(p_k=[0.5, 0.0, 0.5], sorter="bitonic", steepness=0.5,
+    ...                                     distribution="logistic_phi", art_lambda=0.5)
+    >>> loss(scores, labels)
+    tensor(0.7699)
+    >>> DiffSortTopKCrossEntropyLoss(p_k=[1.0], top1_mode="smce")(scores, labels)  # cross-entropy
+    tensor(1.7706)
     """
 
     # p_k's default is a list, as in the YAML (it is copied, never changed).

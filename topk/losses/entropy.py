@@ -52,8 +52,21 @@ class TruncatedTopKEntropyLoss(TopKLoss):
     k : int
         Size of the predicted set, ``1 ≤ k < n``.
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
     is ``Σ_i t_i L_k(s, i)``; returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import TruncatedTopKEntropyLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> TruncatedTopKEntropyLoss(k=2)(scores, labels)
+    tensor(0.8676)
+    >>> TruncatedTopKEntropyLoss(k=2, reduction="none")(scores, labels)
+    tensor([0.5550, 1.1803])
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -139,6 +152,17 @@ class TopKEntropyLoss(TopKLoss):
     ``x``, in which no rival takes more than ``1/k`` of the total ``⟨1, x⟩``. As
     ``Δ_k ⊂ Δ_{k-1}``, ``L_k ≤ L_{k-1} ≤ … ≤ L_1``, and ``k = 1`` is cross-entropy. ``k`` and
     the targets are as for :class:`TruncatedTopKEntropyLoss`.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import TopKEntropyLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> TopKEntropyLoss(k=2)(scores, labels)
+    tensor(1.6707)
+    >>> TopKEntropyLoss(k=1)(scores, labels), torch.nn.functional.cross_entropy(scores, labels)
+    (tensor(1.7706), tensor(1.7706))
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -79,7 +79,20 @@ class TopKHingeLoss(_HingeLoss):
     alpha : float
         Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import TopKHingeLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> TopKHingeLoss(k=2, alpha=1.0)(scores, labels)
+    tensor(1.)
+    >>> TopKHingeLoss(k=2, reduction="none")(scores, labels)
+    tensor([0.5000, 1.5000])
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -103,7 +116,20 @@ class ConvexTopKHingeLoss(_HingeLoss):
     alpha : float
         Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import ConvexTopKHingeLoss, TopKHingeLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> ConvexTopKHingeLoss(k=2, alpha=1.0, reduction="none")(scores, labels)
+    tensor([1.2500, 2.0000])
+    >>> TopKHingeLoss(k=2, reduction="none")(scores, labels)  # never above the convex loss
+    tensor([0.5000, 1.5000])
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -127,7 +153,20 @@ class CalibratedTopKHingeLoss(_HingeLoss):
     alpha : float
         Margin ``α ≥ 0`` (1 in Yang & Koyejo and G22).
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import CalibratedTopKHingeLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> CalibratedTopKHingeLoss(k=2, alpha=1.0)(scores, labels)
+    tensor(0.7500)
+    >>> CalibratedTopKHingeLoss(k=2, reduction="none")(scores, labels)
+    tensor([0.5000, 1.0000])
     """
 
     def per_label_loss(self, scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -118,6 +118,8 @@ class NoisedTopKHingeLoss(TopKLoss):
         (:func:`~topk.functional.perturbed.compiled_kth_largest`): the same values, faster
         after a first call that compiles (needs a C++ compiler on a CPU, Triton on a GPU).
 
+    Notes
+    -----
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
 
@@ -189,6 +191,8 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
     compile : bool
         As for :class:`NoisedTopKHingeLoss`.
 
+    Notes
+    -----
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
     :func:`noised_topk_hinge`); returns the batch mean.
 

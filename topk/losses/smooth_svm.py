@@ -77,8 +77,21 @@ class SmoothTopKSVM(TopKLoss):
     alpha : float
         Margin ``α ≥ 0`` (the scaling of ``Δ_k``; B18 keeps 1).
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
     is ``Σ_i t_i L_{k,τ}(s, i)`` (the loss has no native soft-target form); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import SmoothTopKSVM
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> SmoothTopKSVM(k=2, tau=1.0, alpha=1.0)(scores, labels)
+    tensor(1.3194)
+    >>> SmoothTopKSVM(k=2, tau=1.0, reduction="none")(scores, labels)
+    tensor([1.1369, 1.5019])
     """
 
     def __init__(self, k: int = 5, tau: float = 1.0, alpha: float = 1.0, weight=None, reduction: str = "mean"):

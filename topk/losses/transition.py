@@ -96,7 +96,20 @@ class TopKGroupingLoss(TopKLoss):
     k : int
         Size of the top-k group, ``1 ≤ k < n``.
 
+    Notes
+    -----
     Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import TopKGroupingLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> TopKGroupingLoss(k=2)(scores, labels)
+    tensor(1.1140)
+    >>> TopKGroupingLoss(k=2, reduction="none")(scores, labels)
+    tensor([0.1819, 2.0460])
     """
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -120,6 +133,17 @@ class TopKTransitionLoss(TopKLoss):
     ----------
     k : int
         Size of the top-k group, ``1 ≤ k < n``.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from topk import TopKTransitionLoss
+    >>> scores = torch.tensor([[2.0, 1.0, 0.5, -1.0], [1.0, 2.0, 0.0, 0.5]])
+    >>> labels = torch.tensor([1, 3])  # ranked 2nd and 3rd by score
+    >>> TopKTransitionLoss(k=2)(scores, labels)
+    tensor(1.2232)
+    >>> TopKTransitionLoss(k=2, reduction="none")(scores, labels)
+    tensor([0.4004, 2.0460])
     """
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

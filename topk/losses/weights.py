@@ -54,6 +54,18 @@ class ClassWeighted(nn.Module):
     the expected weight of a Mixup target. For integer labels this is torch's own
     ``CrossEntropyLoss(weight=w)``. ``loss`` must return per-sample values with
     ``reduction="none"`` (torch's losses and :class:`topk.losses.base.Loss`); it is set so here.
+
+    Examples
+    --------
+    Torch's cross-entropy weighted for a probability (Mixup) target, which torch's own
+    ``weight=`` divides by the batch size instead:
+
+    >>> import torch
+    >>> from topk.losses.weights import ClassWeighted
+    >>> loss = ClassWeighted(torch.nn.CrossEntropyLoss(), torch.tensor([1.0, 3.0]))
+    >>> scores = torch.zeros(2, 2)
+    >>> round(loss(scores, torch.tensor([[0.5, 0.5], [1.0, 0.0]])).item(), 4)
+    0.6931
     """
 
     def __init__(self, loss: nn.Module, weights: torch.Tensor):
