@@ -396,11 +396,7 @@ def markdown(speed, esp_rows, stability, where: str = "1 thread") -> str:
     ns = sorted({row["n"] for row in speed})
     header = "| loss | k | " + " | ".join(f"n = {n}" for n in ns) + " |"
     lines += [header, "|---|---|" + "---|" * len(ns)]
-    keys = []
-    for row in speed:
-        key = (row["loss"], row["k"])
-        if key not in keys:
-            keys.append(key)
+    keys = sorted({(row["loss"], row["k"]) for row in speed}, key=lambda key: (key[0], key[1] or 0))
     for loss, k in keys:
         cells = []
         for n in ns:
