@@ -8,9 +8,34 @@ EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet
                p22_cifar p22_imagenet zoo_cifar100 zoo_plantnet
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
 
-.PHONY: install install-peers demo test test-all docs lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
+.PHONY: help install install-peers demo test test-all docs lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed
+
+# A bare `make` prints the targets; it installs nothing.
+.DEFAULT_GOAL := help
+help:
+	@echo "make <target>   (every target creates .venv and installs what it needs on first use)"
+	@echo ""
+	@echo "  demo            install the package with its training and report extras, train the default run"
+	@echo "  test            the test suite (about 5 minutes on 2 CPU cores); test-all adds the slow cases"
+	@echo "  docs            the documentation site into outputs/docs/ (open outputs/docs/index.html)"
+	@echo "  smoke           every paper experiment at smoke scale, every table and figure, the report"
+	@echo "  sweep-<id>      run one paper experiment's sweep, <id> one of:"
+	@echo "$(EXPERIMENTS)" | fmt -w 80 | sed 's/^/                    /'
+	@echo "  table-<id>      build its table beside the published numbers (outputs/tables/<id>.md)"
+	@echo "  figure-<id>     build its figure, <id> one of: $(FIGURE_IDS)"
+	@echo "  sweeps          the three S20 synthetic sweeps (about 5 minutes on 2 cores)"
+	@echo "  report          the report page of every paper item (outputs/report/index.html)"
+	@echo "  bench-losses    speed and stability of every loss, against the published codes if installed"
+	@echo "  install-peers   add the published codes (pytopk, difftopk) for bench-losses and the parity tests"
+	@echo "  bench           the S20 sweeps' wall time against a bare PyTorch loop"
+	@echo "  bench-train     images per second of the engine against a bare loop (DenseNet 40-12)"
+	@echo "  bench-epochs    training-step times of every experiment's model, and its sweep's compute"
+	@echo "  bench-data      images per second of the CIFAR and ImageNet-format input pipelines"
+	@echo "  gpu-check       every GPU check on a CUDA machine (outputs/gpu/)"
+	@echo "  lint            ruff over the code"
+	@echo "  clean           remove the runs, sweeps, tables, figures, smoke data and report under outputs/"
 
 install: $(VENV)/.installed
 
