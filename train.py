@@ -169,6 +169,14 @@ def data_arguments(node: DictConfig, splits) -> dict:
     }
 
 
+def schedule_arguments(node: DictConfig, train_batches) -> dict:
+    """The batches per epoch (``steps_per_epoch``, this process's share) for a schedule stepped
+    per batch (:mod:`topk.schedules`), which asks for it by name; nothing for the others."""
+    if "steps_per_epoch" in inspect.signature(get_class(node._target_)).parameters:
+        return {"steps_per_epoch": len(train_batches)}
+    return {}
+
+
 def build_augment(node: DictConfig, splits):
     """The two parts of ``augment``: the per-image transforms of image data (``augment.images``,
     for the training batches; null: none) and the batch -> target step (``augment.mix``, for
@@ -310,11 +318,11 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         seed_everything(dist_setup.process_seed(seed, distributed))
     loss_fn.to(device)
     optimizer = build(cfg.optim, "optim", model.parameters())
-    scheduler = build(cfg.schedule, "schedule", optimizer)
     image_augment, mix = build_augment(cfg.augment, splits)  # per-image transforms; batch -> target step
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
     train_batches = make_batches(splits, "train", trainer, seed, device, image_augment, normalize, distributed)
+    scheduler = build(cfg.schedule, "schedule", optimizer, **schedule_arguments(cfg.schedule, train_batches))
     eval_batches = {
         name: make_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
         for name in ("val", "test")

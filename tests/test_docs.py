@@ -18,7 +18,7 @@ from conftest import ROOT
 
 # The modules whose docstrings hold examples: the package, every loss module, the metrics and
 # the functional cores users call directly.
-DOCTESTED = ["topk", "topk.metrics", "topk.functional.perturbed", "topk.losses.base",
+DOCTESTED = ["topk", "topk.metrics", "topk.schedules", "topk.functional.perturbed", "topk.losses.base",
              *sorted(f"topk.losses.{path.stem}" for path in (ROOT / "topk" / "losses").glob("*.py")
                      if path.stem not in {"__init__", "base"})]
 

@@ -260,7 +260,7 @@ STOP_CHECK_EVERY = 10
 
 def train_one_epoch(
     model, loss_fn, optimizer, batches, mix, accumulator, epoch: int, stop=None,
-    precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
+    precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS, scheduler=None,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
@@ -270,8 +270,10 @@ def train_one_epoch(
     when each batch was seen, before the update (this process's share; the caller sums them).
     ``stop`` (a :class:`StopRequests`) is asked after the batches whether a signal asked the run
     to stop (:func:`stop_requested`). ``precision`` autocasts the forward pass (``trainer.amp``);
-    the loss then sees float32 scores. ``make bench-train`` compares this loop with a bare one on
-    DenseNet, ``make bench`` the S20 sweeps with one.
+    the loss then sees float32 scores. A ``scheduler`` whose class sets ``per_batch``
+    (:mod:`topk.schedules`) is stepped after every batch; others are left to the epoch's end.
+    ``make bench-train`` compares this loop with a bare one on DenseNet, ``make bench`` the S20
+    sweeps with one.
 
     No value is read on the host per batch (a read would make the host wait for the device,
     docs/design.md §5): the batch losses are summed on the device and read once, at the epoch
@@ -284,12 +286,15 @@ def train_one_epoch(
     model.train()
     loss_sum = torch.zeros((), dtype=torch.float64, device=next(unwrap(model).parameters()).device)
     sample_count = 0
+    step_schedule = scheduler.step if getattr(scheduler, "per_batch", False) else None
     for batch_index, (inputs, labels) in enumerate(batches):
         inputs, target = mix(inputs, labels)
         scores = forward(inputs)
         loss = loss_fn(scores, target)
         optimizer.zero_grad(set_to_none=True)
         precision.backward_and_step(loss, optimizer)
+        if step_schedule is not None:
+            step_schedule()
         loss_sum.add_(loss.detach(), alpha=labels.shape[0])  # in float64, on the device
         sample_count += labels.shape[0]
         if accumulator is not None:
@@ -753,8 +758,9 @@ def fit(
                 train_batches.set_epoch(epoch)
                 train_counts = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
                 train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, mix, train_counts,
-                                             epoch, stop, precision, distributed)
-                scheduler.step()
+                                             epoch, stop, precision, distributed, scheduler)
+                if not getattr(scheduler, "per_batch", False):
+                    scheduler.step()
                 check_finite_weights(model, epoch)
                 distributed.sync_buffers(eval_model)
                 row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}

@@ -310,6 +310,15 @@ class MultiStepSchema:
     gamma: float = number(above=0)
 
 
+@dataclass
+class WarmupCosineSchema:
+    _target_: str = target()
+    _partial_: bool = flag()
+    epochs: int = whole(1)
+    warmup_epochs: float = number(0)
+    min_lr_ratio: float = number(0, maximum=1)
+
+
 # Each schema's name in Hydra's ConfigStore: conf/<group>/<option>.yaml names it in its defaults
 # list as /schema/<group>/<name>@_here_ (dataset files: @dataset).
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -344,5 +353,5 @@ SCHEMAS: dict[str, dict[str, type]] = {
     },
     "augment": {"augment": AugmentSchema},
     "optim": {"optimizer": OptimizerSchema, "sgd": SGDSchema},
-    "schedule": {"multistep": MultiStepSchema},
+    "schedule": {"multistep": MultiStepSchema, "cosine": WarmupCosineSchema},
 }
