@@ -134,6 +134,15 @@ def build(node: DictConfig, group: str, *args, **kwargs):
     raise ConfigError(f"{group} cannot be built ({refusal}); check the {group}.* values.") from None
 
 
+def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
+    """One line saying what runs: data set, model, loss, K, epochs, device and processes."""
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    processes = f", {distributed.world_size} processes" if distributed.enabled else ""
+    return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
+            f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, k={cfg.k}, "
+            f"{cfg.trainer.epochs} epochs, seed {cfg.seed}, device {device}{processes}")
+
+
 def check_study_k(k: int, num_classes: int) -> None:
     """The top-level ``k`` (the K of the study, always reported) must not exceed the class count:
     beyond it there is no top-K accuracy to report or select on."""
@@ -262,6 +271,8 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
         checkpoint_every=int(trainer.checkpoint_every),
         resume=bool(trainer.resume),
         progress=bool(trainer.progress),
+        progress_every=int(trainer.progress_every),
+        log_line=log_to_file_only,
         tensorboard=bool(trainer.tensorboard),
         description=f"{record['loss']} seed {record['seed']}",
         class_groups=splits.class_groups,
@@ -296,6 +307,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     splits = build(cfg.dataset, "dataset", seed=seed)
     if distributed.is_main:
         splits.record_run_facts(run_dir, record)
+        log.info("%s: %s", run_dir, run_summary(cfg, splits, device, distributed))
     check_study_k(int(cfg.k), splits.num_classes)
     loss_fn = build_loss(cfg.loss, splits)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
@@ -353,10 +365,10 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     return record
 
 
-def log_to_file_only(message: str) -> None:
+def log_to_file_only(message: str, level: int = logging.INFO) -> None:
     """Append ``message`` to the run's log file (Hydra's ``train.log``) without echoing it on the
-    console, where :func:`main` prints the same sentence once."""
-    entry = log.makeRecord(log.name, logging.ERROR, __file__, 0, message, None, None)
+    console (where :func:`main` prints an error once, and a progress bar shows an epoch)."""
+    entry = log.makeRecord(log.name, level, __file__, 0, message, None, None)
     for handler in logging.getLogger().handlers:
         if isinstance(handler, logging.FileHandler):
             handler.handle(entry)
@@ -370,7 +382,7 @@ def end_record(run_dir: Path, record: dict, distributed, status: str, error: str
     if distributed.is_main:
         write_results(run_dir, record)
         if error is not None:
-            log_to_file_only(f"{status}: {error}")
+            log_to_file_only(f"{status}: {error}", logging.ERROR)
 
 
 def keep_first_start(run_dir: Path, record: dict) -> None:

@@ -40,7 +40,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-from tqdm import tqdm
 
 from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
@@ -55,6 +54,7 @@ from topk.metrics import (
     largest_probabilities,
 )
 from topk.precision import MixedPrecision, unwrap
+from topk.progress import BatchMeter, Progress
 from topk.records import TensorBoardScalars, write_history
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ class FitSettings:
     checkpoint_every: int = 1
     resume: bool = False
     progress: bool = True
+    progress_every: int = 100  # batches between progress lines where stderr is not a terminal
+    log_line: Callable[[str], None] | None = None  # writes a line to the run's train.log alone
     tensorboard: bool = True
     description: str = "train"
     class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
@@ -261,6 +263,7 @@ STOP_CHECK_EVERY = 10
 def train_one_epoch(
     model, loss_fn, optimizer, batches, mix, accumulator, epoch: int, stop=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS, scheduler=None,
+    meter: BatchMeter | None = None,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
@@ -272,6 +275,7 @@ def train_one_epoch(
     to stop (:func:`stop_requested`). ``precision`` autocasts the forward pass (``trainer.amp``);
     the loss then sees float32 scores. A ``scheduler`` whose class sets ``per_batch``
     (:mod:`topk.schedules`) is stepped after every batch; others are left to the epoch's end.
+    ``meter`` (:class:`topk.progress.BatchMeter`) shows the batches as they go.
     ``make bench-train`` compares this loop with a bare one on DenseNet, ``make bench`` the S20
     sweeps with one.
 
@@ -297,6 +301,8 @@ def train_one_epoch(
             step_schedule()
         loss_sum.add_(loss.detach(), alpha=labels.shape[0])  # in float64, on the device
         sample_count += labels.shape[0]
+        if meter is not None:
+            meter.update(batch_index, labels.shape[0], loss_sum, sample_count)
         if accumulator is not None:
             accumulator.update(scores, labels)
         if stop_requested(stop, batch_index, distributed, loss_sum.device):
@@ -700,12 +706,11 @@ class Checkpoints:
 
 # --- progress bar, TensorBoard --------------------------------------------------------------------
 
-def progress_bar(settings: FitSettings, start_epoch: int, distributed: Distributed) -> tqdm:
-    """The epochs still to train, as a tqdm bar (off with ``settings.progress`` false or outside
-    rank 0)."""
-    return tqdm(range(start_epoch + 1, settings.epochs + 1), initial=start_epoch, total=settings.epochs,
-                desc=settings.description, disable=not settings.progress or not distributed.is_main,
-                unit="epoch", dynamic_ncols=True)
+def run_progress(settings: FitSettings, start_epoch: int, distributed: Distributed) -> Progress:
+    """The epochs still to train with their bars or lines (:mod:`topk.progress`; rank 0 only)."""
+    return Progress(settings.epochs, start_epoch, settings.description, settings.selection_metric,
+                    settings.progress and distributed.is_main, settings.progress_every,
+                    to_file=settings.log_line if distributed.is_main else None)
 
 
 def open_tensorboard(run_dir: Path, settings: FitSettings, distributed: Distributed, start_epoch: int):
@@ -749,7 +754,7 @@ def fit(
     state = checkpoints.restore(state) if settings.resume else state
     check_resume_epochs(run_dir, state.epoch, settings.epochs)
     tensorboard = open_tensorboard(run_dir, settings, distributed, state.epoch)
-    progress = progress_bar(settings, state.epoch, distributed)
+    progress = run_progress(settings, state.epoch, distributed)
     try:
         with stop_requests.deferred() as stop:
             for epoch in progress:
@@ -757,8 +762,10 @@ def fit(
                 evaluate_now = epoch % max(1, settings.eval_every) == 0 or epoch == settings.epochs
                 train_batches.set_epoch(epoch)
                 train_counts = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
+                meter = progress.batches(epoch, len(train_batches))
                 train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, mix, train_counts,
-                                             epoch, stop, precision, distributed, scheduler)
+                                             epoch, stop, precision, distributed, scheduler, meter)
+                progress.close_batches()
                 if not getattr(scheduler, "per_batch", False):
                     scheduler.step()
                 check_finite_weights(model, epoch)
@@ -767,9 +774,9 @@ def fit(
                 if evaluate_now:
                     row.update(train_accuracy_columns(train_counts, ks, distributed))
                     row.update(metric_columns(evaluate_all()))
-                    progress.set_postfix({"loss": f"{train_loss:.4f}"}, refresh=False)
                 row["seconds"] = time.perf_counter() - started
                 state.add_epoch(row, model)
+                progress.epoch_done(row, state.best.epoch, state.best.value)
                 if tensorboard is not None:
                     tensorboard.write(row)
                 if epoch % max(1, settings.checkpoint_every) == 0 or epoch == settings.epochs:

@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 # Keys that may change when a run is resumed: they change how long, how fast, where or how
 # verbosely it trains, never what it learns from one epoch to the next.
 HARMLESS_KEYS = frozenset({
-    "trainer.epochs", "trainer.resume", "trainer.progress", "trainer.tensorboard",
+    "trainer.epochs", "trainer.resume", "trainer.progress", "trainer.progress_every", "trainer.tensorboard",
     "trainer.num_workers", "trainer.num_threads", "trainer.device", "trainer.distributed_backend",
     "trainer.eval_batch_size", "trainer.eval_every", "trainer.checkpoint_every",
     "trainer.compile", "trainer.channels_last", "trainer.keep_checkpoints", "loss.compile",

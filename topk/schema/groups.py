@@ -67,6 +67,7 @@ class TrainerSchema:
     checkpoint_every: int = whole(1)
     keep_checkpoints: str = choice("all", "best", "none")
     progress: bool = flag()
+    progress_every: int = whole(1)
     tensorboard: bool = flag()
     num_threads: int | None = whole(1, null="torch's default")
     amp: str = choice("off", "bf16", "fp16")
