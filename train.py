@@ -495,9 +495,23 @@ def warn_if_single_run_of_a_sweep(cfg: DictConfig) -> None:
         )
 
 
+def selected_value(record: dict) -> float | None:
+    """What a sweeper optimises: the selection metric of the selected model (``val/top5`` -> the
+    record's ``val["top5"]``); ``None`` for ``last`` or a run without the value."""
+    split, _, name = str(record.get("selection_metric", "last")).partition("/")
+    value = record.get(split, {}).get(name) if name else None
+    return float(value) if value is not None else None
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    """One run prints its error as one sentence and exits 1 (130 when interrupted); in a sweep a
+def main(cfg: DictConfig) -> float | None:
+    """Train; return the selected model's selection metric (:func:`selected_value`), which
+    Hydra's Optuna sweeper optimises (a sweep under it must select on a validation metric:
+    :func:`topk.hydra_callbacks.tuning_problem`); ``None`` for a failed run, which that sweeper
+    counts as a failed trial (``hydra.sweeper.max_failure_rate``, 0 by default, says how many it
+    tolerates).
+
+    One run prints its error as one sentence and exits 1 (130 when interrupted); in a sweep a
     failed run prints its sentence and the sweep goes on, while an interrupted one stops it: a
     ``RunInterrupted`` is a ``KeyboardInterrupt``, which Hydra's launchers let through to
     ``__main__`` below.
@@ -513,7 +527,7 @@ def main(cfg: DictConfig) -> None:
     # by value (train.py is __main__), and would give the job a copy of the process's one handler.
     with engine.stop_requests.installed():
         try:
-            train(cfg)
+            return selected_value(train(cfg))
         except RunInterrupted as interruption:
             engine.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
             if not single_run:
@@ -530,6 +544,7 @@ def main(cfg: DictConfig) -> None:
             if error.errno != errno.ENOSPC:
                 raise
             report_error(no_space_sentence(error), single_run)
+        return None
 
 
 def report_error(sentence: str, single_run: bool) -> None:

@@ -54,14 +54,14 @@ def test_help_lists_every_option_of_every_user_group_and_no_internal_group(help_
         default = re.search(rf"^  - {group}: (\w+)$", default_file, re.M)
         if default:
             assert options[label][0] == default.group(1), f"the default {group} comes first"
-    assert options["hydra/launcher"] == LAUNCHERS
+    assert options["hydra/launcher"] == LAUNCHERS and options["hydra/sweeper"] == ["basic", "optuna"]
     assert "protocol/" not in help_text and "schema/" not in help_text
     assert "powered by Hydra" not in help_text
 
 
-@pytest.mark.parametrize("launcher", LAUNCHERS)
-def test_every_listed_launcher_composes(launcher):
-    assert command_line_problem([f"hydra/launcher={launcher}"], CONF, "train") is None
+@pytest.mark.parametrize("choice", [f"hydra/launcher={name}" for name in LAUNCHERS] + ["hydra/sweeper=optuna"])
+def test_every_listed_launcher_and_sweeper_composes(choice):
+    assert command_line_problem([choice], CONF, "train") is None
 
 
 def test_every_common_command_composes_job_by_job(help_text, tmp_path):

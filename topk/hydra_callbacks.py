@@ -31,6 +31,19 @@ from topk.schema import composition_problem, config_problem
 _sweep_dirs: list[Path] = []
 
 
+def tuning_problem(config: DictConfig) -> str | None:
+    """Hydra's Optuna sweeper optimises what each job returns, the selected model's
+    ``trainer.selection_metric`` (``train.selected_value``): one sentence if a sweep under it
+    selects on nothing (``last``) or on the test split, which is never tuned on."""
+    sweeper = str((config.hydra.get("sweeper") or {}).get("_target_", ""))
+    metric = str(config.trainer.selection_metric)
+    if "optuna" not in sweeper.lower() or metric.startswith("val/"):
+        return None
+    return (f"hydra/sweeper=optuna tunes the selected model's trainer.selection_metric, and {metric} is not "
+            "a validation metric; set trainer.selection_metric=val/top5 (or another val/ metric) and give "
+            "the data set a validation split (e.g. dataset.val_per_class=50). Nothing was run.")
+
+
 def _stop(message: str) -> None:
     sys.exit(f"Error: {message}")
 
@@ -164,7 +177,7 @@ class CheckOutputDir(Callback):
         if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0):
             _stop(f"hydra.launcher.n_jobs must be a whole number of runs at once other than 0 (-1: "
                   f"one per CPU core), got {n_jobs!r}.")
-        problem = sweep_job_problem(config)
+        problem = tuning_problem(config) or sweep_job_problem(config)
         if problem is not None:
             _stop(problem)
         held = sum(sweep_statuses(sweep_dir).values()) if sweep_dir.is_dir() else 0
