@@ -1,0 +1,76 @@
+"""scripts/evaluate.py: a finished run's saved model scored again from its own configuration
+(ten crops where the protocol says so), into eval.json, leaving every other file as it was."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import runpy
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+SCRIPT = ROOT / "scripts" / "evaluate.py"
+
+
+@pytest.fixture(scope="module")
+def evaluate():
+    return runpy.run_path(str(SCRIPT), run_name="evaluate")["main"]
+
+
+def fingerprint(run_dir):
+    return {path.relative_to(run_dir): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(run_dir.rglob("*")) if path.is_file()}
+
+
+def trained_run(run_dir, *overrides):
+    result = run_cli(["trainer.progress=false", f"hydra.run.dir={run_dir}", *overrides])
+    assert result.returncode == 0, result.stderr
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def test_the_selected_model_gives_the_records_metrics_and_nothing_else_changes(tmp_path, evaluate, capsys):
+    run_dir = tmp_path / "run"
+    record = trained_run(run_dir, "trainer.epochs=6", "trainer.batch_size=120", "model=mlp", "dataset.val_per_class=30",
+                         "trainer.selection_metric=val/top2")
+    before = fingerprint(run_dir)
+    assert evaluate([str(run_dir), "--split", "val", "--split", "test", "trainer.eval_batch_size=7"]) == 0
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["checkpoint"] == "best" and evaluation["epoch"] == record["best_epoch"]
+    assert evaluation["val"] == pytest.approx(record["val"]) and evaluation["test"] == pytest.approx(record["test"])
+    assert evaluation["overrides"] == ["trainer.eval_batch_size=7"]
+    after = fingerprint(run_dir)
+    assert after.pop(Path("eval.json")) and after == before
+    # eval.json is never overwritten; the last checkpoint is the final epoch's
+    assert evaluate([str(run_dir)]) == 1
+    assert capsys.readouterr().err.strip().endswith("already exists and is kept as it is; write elsewhere with --out PATH.")
+    assert evaluate([str(run_dir), "--checkpoint", "last", "--out", str(tmp_path / "last.json")]) == 0
+    assert json.loads((tmp_path / "last.json").read_text())["epoch"] == 6
+
+
+def test_ten_crop_imagenet_is_scored_as_the_run_scored_it(tmp_path, evaluate, tiny_imagenet):
+    root, _, _ = tiny_imagenet
+    run_dir = tmp_path / "imagenet"
+    record = trained_run(run_dir, "dataset=imagenet", f"dataset.root={root}", "dataset.val_per_class=2",
+                         "dataset.ten_crop=true", "dataset.marginal_k=2", "dataset.image_size=8",
+                         "dataset.resize_size=10", "model=linear", "trainer.batch_size=8", "trainer.epochs=1",
+                         "trainer.num_workers=0", "trainer.selection_metric=val/top1", "k=2", "trainer.ks=[1,2]")
+    assert evaluate([str(run_dir), "--out", str(tmp_path / "eval.json")]) == 0
+    assert json.loads((tmp_path / "eval.json").read_text())["test"] == pytest.approx(record["test"])
+
+
+def test_missing_pieces_stop_with_one_sentence(tmp_path, evaluate, capsys):
+    assert evaluate([str(tmp_path / "nothing")]) == 1
+    assert "holds no run configuration" in capsys.readouterr().err
+    run_dir = tmp_path / "pruned"
+    trained_run(run_dir, "trainer.epochs=2", "trainer.keep_checkpoints=best")
+    assert evaluate([str(run_dir), "--checkpoint", "last"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: ") and "last.pt does not exist" in err and "--checkpoint best" in err
+    assert evaluate([str(run_dir), "--split", "val"]) == 1
+    assert capsys.readouterr().err.strip() == "Error: this run's data set has no val split; evaluate test."
+    assert evaluate([str(run_dir), "loss.k=true"]) == 1
+    assert "loss" in capsys.readouterr().err
+    assert not (run_dir / "eval.json").exists()
