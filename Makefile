@@ -42,7 +42,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[train,report,tune,dev]'
+	$(PY) -m pip install --quiet -e '.[train,report,tune,track,dev]'
 	touch $@
 
 demo: install

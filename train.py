@@ -77,6 +77,7 @@ from topk.run_dir import (
 )
 from topk.schema import check_config
 from topk.schema import store as schema_store
+from topk.trackers import final_metrics, hyperparameters, write_hparams
 
 log = logging.getLogger("train")
 CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
@@ -341,12 +342,17 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         if getattr(splits, name) is not None
     }
 
+    tracker = start_tracker(cfg, record) if distributed.is_main else None
     try:
         result = fit(
             model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
             splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), mix=mix,
-            on_epoch_end=on_epoch_end, distributed=distributed,
+            on_epoch_end=tracked(on_epoch_end, tracker), distributed=distributed,
         )
+    except BaseException as stop:
+        if tracker is not None:
+            tracker.finish("interrupted" if isinstance(stop, KeyboardInterrupt) else "failed", {})
+        raise
     finally:  # image-decoding workers stop with the run, however it ends
         for batches in (train_batches, *eval_batches.values()):
             close_batches(batches)
@@ -362,7 +368,42 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     )
     if splits.class_groups:
         record["class_groups"] = splits.class_groups
+    if tracker is not None:
+        tracker.finish("completed", final_metrics(record, "final/"))
+    if trainer.tensorboard and distributed.is_main:
+        write_hparams(run_dir / "tb", hyperparameters(record, override_keys()), final_metrics(record, "hparams/"))
     return record
+
+
+def override_keys() -> list[str]:
+    """The keys the job's command line set (``loss.tau=0.5`` -> ``loss.tau``)."""
+    if not HydraConfig.initialized():
+        return []
+    return [override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task]
+
+
+def start_tracker(cfg: DictConfig, record: dict):
+    """The run's experiment tracker (``logger=mlflow``, :mod:`topk.trackers`), started with the
+    run's flat configuration; ``None`` without ``logger``."""
+    if cfg.get("logger") is None:
+        return None
+    tracker = build(cfg.logger, "logger")
+    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
+    tracker.start(" ".join(overrides) or f"{record['loss']} seed {record['seed']}", record["params"])
+    return tracker
+
+
+def tracked(on_epoch_end, tracker):
+    """``on_epoch_end`` that also hands each epoch's history row to ``tracker``."""
+    if tracker is None:
+        return on_epoch_end
+
+    def each_epoch(epoch: int, row: dict) -> None:
+        tracker.log(row)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, row)
+
+    return each_epoch
 
 
 def log_to_file_only(message: str, level: int = logging.INFO) -> None:

@@ -48,10 +48,10 @@ def test_every_option_composes_and_instantiates(group, option, data_roots):
     loss_node = cfg.loss
     loss = instantiate(loss_node, **train.data_arguments(loss_node, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
-    scheduler = instantiate(cfg.schedule)(optimizer)
     images, mix = train.build_augment(cfg.augment, splits)
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
     batches = train.make_batches(splits, "train", cfg.trainer, 0, "cpu", images, normalize)
+    scheduler = instantiate(cfg.schedule, **train.schedule_arguments(cfg.schedule, batches))(optimizer)
     batches.set_epoch(1)
     inputs, labels = next(iter(batches))
     inputs, target = (mix or NoMix())(inputs[:8], labels[:8])

@@ -16,7 +16,7 @@ from topk.schema.store import command_line_problem
 
 # The groups the help lists, under the label it shows them by.
 GROUPS = {"dataset": "dataset", "model": "model", "loss": "loss", "augment": "augment", "optim": "optim",
-          "schedule": "schedule", "experiment": "+experiment", "scale": "+scale"}
+          "schedule": "schedule", "logger": "logger", "experiment": "+experiment", "scale": "+scale"}
 LAUNCHERS = ["basic", "joblib", "submitit_local", "slurm"]
 
 

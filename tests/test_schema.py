@@ -18,7 +18,7 @@ from topk.schema.groups import SCHEMAS, TrainerSchema
 from topk.schema.rules import rule_of
 from topk.schema.store import command_line_problem
 
-GROUPS = ("loss", "model", "dataset", "optim", "schedule", "augment")
+GROUPS = ("loss", "model", "dataset", "optim", "schedule", "augment", "logger")
 # Keys of a schema that are not constructor parameters: Hydra's own and what train.py resolves.
 NOT_PARAMETERS = {"_target_", "_partial_"}
 

@@ -100,6 +100,7 @@ class TrainSchema:
     augment: Any = None
     optim: Any = None
     schedule: Any = None
+    logger: Any = None
 
 
 OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness")  # top-level keys only some configs have
@@ -320,6 +321,15 @@ class WarmupCosineSchema:
     min_lr_ratio: float = number(0, maximum=1)
 
 
+# ---- logger (topk/trackers.py) --------------------------------------------------------------------
+
+@dataclass
+class MLflowSchema:
+    _target_: str = target()
+    tracking_uri: str = text("a tracking URI (sqlite:///path.db, http(s)://host)")
+    experiment: str = text("an experiment name")
+
+
 # Each schema's name in Hydra's ConfigStore: conf/<group>/<option>.yaml names it in its defaults
 # list as /schema/<group>/<name>@_here_ (dataset files: @dataset).
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -355,4 +365,5 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "augment": {"augment": AugmentSchema},
     "optim": {"optimizer": OptimizerSchema, "sgd": SGDSchema},
     "schedule": {"multistep": MultiStepSchema, "cosine": WarmupCosineSchema},
+    "logger": {"mlflow": MLflowSchema},
 }

@@ -1,0 +1,72 @@
+"""Experiment trackers (topk/trackers.py): every run's hyper-parameters and final metrics in
+TensorBoard's HParams data, and MLflow runs (logger=mlflow) comparable by their parameters."""
+
+from __future__ import annotations
+
+import builtins
+
+import pytest
+
+from conftest import compose_config, run_in_process
+from topk.errors import ConfigError, NonFiniteLossError
+
+TAU_RUN = ["loss=smooth_svm", "trainer.epochs=3", "dataset.val_per_class=20", "trainer.selection_metric=val/top2"]
+
+
+def hparams_of(tb_dir):
+    """The hyper-parameters and the scalar values TensorBoard's HParams view reads from ``tb_dir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    events = EventAccumulator(str(tb_dir), size_guidance={"tensors": 0, "scalars": 0})
+    events.Reload()
+    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    hparams = {name: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
+               for name, value in start.hparams.items()}
+    scalars = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
+    return hparams, scalars
+
+
+def test_tensorboard_holds_each_runs_hyperparameters_and_final_metrics(tmp_path):
+    records = {tau: run_in_process(tmp_path / str(tau), [*TAU_RUN, f"loss.tau={tau}", "trainer.tensorboard=true"])[0]
+               for tau in (0.5, 2.0)}
+    for tau, record in records.items():
+        hparams, scalars = hparams_of(tmp_path / str(tau) / "tb")
+        assert hparams["loss.tau"] == tau and hparams["loss"] == "smooth_svm" and hparams["seed"] == 0
+        assert scalars["hparams/val/top2"] == pytest.approx(record["val"]["top2"])
+        assert scalars["hparams/test/top1"] == pytest.approx(record["test"]["top1"])
+        assert "train/loss" in scalars  # the per-epoch scalars are still there
+
+
+def test_mlflow_gets_one_run_per_run_with_its_parameters_history_and_status(tmp_path):
+    mlflow = pytest.importorskip("mlflow", reason="the track extra (mlflow-skinny)")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    logger = ["logger=mlflow", f"logger.tracking_uri={uri}", "logger.experiment=taus"]
+    records = [run_in_process(tmp_path / str(tau), [*TAU_RUN, *logger, f"loss.tau={tau}"])[0] for tau in (0.5, 2.0)]
+    with pytest.raises(NonFiniteLossError):  # a diverging run
+        run_in_process(tmp_path / "diverged", [*TAU_RUN, *logger, "optim=sgd", "optim.lr=1e38", "loss.tau=1.0"])
+    client = mlflow.tracking.MlflowClient(uri)
+    runs = client.search_runs([client.get_experiment_by_name("taus").experiment_id], order_by=["start_time ASC"])
+    assert [run.data.params["loss.tau"] for run in runs] == ["0.5", "2.0", "1.0"]
+    assert [run.info.status for run in runs] == ["FINISHED", "FINISHED", "FAILED"]
+    for run, record in zip(runs, records):
+        assert run.info.run_name.endswith(f"loss.tau={record['params']['loss.tau']}")
+        assert run.data.metrics["final/val/top2"] == pytest.approx(record["val"]["top2"])
+        assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
+
+
+def test_logger_mlflow_without_mlflow_is_one_sentence(monkeypatch):
+    from topk.trackers import MLflowTracker
+
+    real_import = builtins.__import__
+
+    def no_mlflow(name, *args, **kwargs):
+        if name == "mlflow":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_mlflow)
+    with pytest.raises(ConfigError, match=r"^logger=mlflow needs MLflow, which is not installed; pip install"):
+        MLflowTracker()
+    assert compose_config(["logger=mlflow"]).logger.tracking_uri == "sqlite:///outputs/mlflow.db"

@@ -1,0 +1,107 @@
+"""What a run tells experiment trackers: TensorBoard's HParams data, and MLflow (``logger=mlflow``).
+
+**TensorBoard.** Besides the per-epoch scalars (:class:`topk.records.TensorBoardScalars`), a
+completed run writes its hyper-parameters with the selected model's final metrics to its ``tb/``
+folder in the form of TensorBoard's HParams plugin (:func:`write_hparams`), so that the runs of a
+sweep compare by ε, τ, k or seed in the HParams view (``tensorboard --logdir outputs/sweeps``).
+
+**MLflow** (``logger=mlflow``, the optional ``track`` extra): :class:`MLflowTracker` logs the
+run's flat configuration as parameters, every epoch's numbers as metrics (step = epoch) and the
+selected model's metrics as ``final/<split>/<metric>``, into a tracking store (a local SQLite
+database by default, or a tracking server's URI), one MLflow run per run, named by its overrides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+
+from topk.errors import ConfigError
+
+
+def numbers(row: Mapping) -> dict[str, float]:
+    """The finite numbers of a history row or metrics mapping."""
+    return {key: float(value) for key, value in row.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)}
+
+
+def final_metrics(record: Mapping, prefix: str) -> dict[str, float]:
+    """The selected model's metrics of a run record, ``<prefix><split>/<metric>``."""
+    return {f"{prefix}{split}/{name}": value for split in ("val", "test")
+            for name, value in numbers(record.get(split) or {}).items()}
+
+
+def hyperparameters(record: Mapping, override_keys: list[str]) -> dict[str, float | int | str | bool]:
+    """What a run is compared by: the data set, model and loss chosen, every ``loss.*`` value,
+    ``k``, ``seed`` and every key the command line set (``override_keys``), as TensorBoard's
+    HParams takes them (numbers, text, switches; anything else as its text)."""
+    params = record["params"]
+    chosen = {key: params[key] for key in params
+              if key.startswith("loss.") or key in ("k", "seed") or key in override_keys}
+    chosen.update(dataset=record["dataset"], model=record["model"], loss=record["loss"])
+    return {key: value if isinstance(value, (bool, int, float, str)) else str(value) for key, value in chosen.items()}
+
+
+def write_hparams(log_dir: Path, hparams: dict, metrics: dict[str, float]) -> None:
+    """TensorBoard's HParams summaries of one run (``hparams`` and its final ``metrics``) in
+    ``log_dir``, beside its scalars: what ``SummaryWriter.add_hparams`` writes, without the
+    sub-folder it would add (which TensorBoard shows as a second run)."""
+    from torch.utils.tensorboard import SummaryWriter
+    from torch.utils.tensorboard.summary import hparams as hparams_summaries
+
+    experiment, start, end = hparams_summaries(hparams, metrics)
+    with SummaryWriter(str(log_dir)) as writer:
+        for summary in (experiment, start, end):
+            writer.file_writer.add_summary(summary)
+        for name, value in metrics.items():
+            writer.add_scalar(name, value)
+
+
+class MLflowTracker:
+    """One MLflow run per training run (``logger=mlflow``; see the module docstring).
+
+    Parameters
+    ----------
+    tracking_uri : str
+        Where MLflow stores the runs: ``sqlite:///outputs/mlflow.db`` (a local database, the
+        default) or a tracking server's ``http(s)://`` URI.
+    experiment : str
+        The MLflow experiment the runs go to.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> from topk.trackers import MLflowTracker
+    >>> store = pathlib.Path(tempfile.mkdtemp()) / "mlflow.db"
+    >>> tracker = MLflowTracker(f"sqlite:///{store}", experiment="doc")  # doctest: +SKIP
+    >>> tracker.start("loss=smooth_svm loss.tau=0.5", {"loss.tau": 0.5})  # doctest: +SKIP
+    >>> tracker.log({"epoch": 1, "train/loss": 0.7, "val/top5": 61.0})  # doctest: +SKIP
+    >>> tracker.finish("completed", {"final/val/top5": 61.0})  # doctest: +SKIP
+    """
+
+    STATUSES = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+
+    def __init__(self, tracking_uri: str = "sqlite:///outputs/mlflow.db", experiment: str = "topk"):
+        try:
+            import mlflow
+        except ImportError:
+            raise ConfigError("logger=mlflow needs MLflow, which is not installed; pip install "
+                              "'topk[track]' (mlflow-skinny), or leave out logger=mlflow.") from None
+        self.mlflow, self.tracking_uri, self.experiment = mlflow, tracking_uri, experiment
+
+    def start(self, name: str, params: Mapping) -> None:
+        self.mlflow.set_tracking_uri(self.tracking_uri)
+        self.mlflow.set_experiment(self.experiment)
+        self.mlflow.start_run(run_name=name)
+        self.mlflow.log_params({key: str(value) for key, value in params.items()})
+
+    def log(self, row: Mapping) -> None:
+        """One epoch's numbers (``row["epoch"]`` the step)."""
+        self.mlflow.log_metrics(numbers(row), step=int(row["epoch"]))
+
+    def finish(self, status: str, metrics: Mapping[str, float]) -> None:
+        """End the MLflow run with the run's ``status`` (completed, failed, interrupted)."""
+        if metrics:
+            self.mlflow.log_metrics(dict(metrics))
+        self.mlflow.end_run(status=self.STATUSES[status])
