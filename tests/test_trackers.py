@@ -10,7 +10,7 @@ import pytest
 from conftest import compose_config, run_in_process
 from topk.errors import ConfigError, NonFiniteLossError
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:sqlalchemy.*")  # MLflow's use of SQLAlchemy
+pytestmark = pytest.mark.filterwarnings("ignore:The ``noload`` loader strategy is deprecated")  # MLflow's use of SQLAlchemy
 
 TAU_RUN = ["loss=smooth_svm", "trainer.epochs=3", "dataset.val_per_class=20", "trainer.selection_metric=val/top2"]
 
