@@ -72,3 +72,29 @@ def test_logger_mlflow_without_mlflow_is_one_sentence(monkeypatch):
     with pytest.raises(ConfigError, match=r"^logger=mlflow needs MLflow, which is not installed; pip install"):
         MLflowTracker()
     assert compose_config(["logger=mlflow"]).logger.tracking_uri == "sqlite:///outputs/mlflow.db"
+
+
+def test_wandb_offline_gets_one_run_per_run_with_its_config_summary_and_exit_code(tmp_path, monkeypatch):
+    pytest.importorskip("wandb", reason="the track extra (wandb)")
+    from topk import trackers
+
+    seen = []
+    real_finish = trackers.WandbTracker.finish
+
+    def finish(self, status, metrics):  # what the run holds as it ends (the summary as finish sets it)
+        summary = {**dict(self.run.summary), **metrics}
+        seen.append((self.run.name, dict(self.run.config), summary, status))
+        real_finish(self, status, metrics)
+
+    monkeypatch.setattr(trackers.WandbTracker, "finish", finish)
+    logger = ["logger=wandb", f"logger.dir={tmp_path / 'wb'}", "logger.project=taus"]
+    record, _ = run_in_process(tmp_path / "run", [*TAU_RUN, *logger, "loss.tau=0.5"])
+    with pytest.raises(NonFiniteLossError):
+        run_in_process(tmp_path / "diverged", [*TAU_RUN, *logger, "optim=sgd", "optim.lr=1e38"])
+    (name, config, summary, status), failed = seen
+    assert name.endswith("loss.tau=0.5") and config["loss.tau"] == 0.5 and status == "completed"
+    assert summary["final/val/top2"] == pytest.approx(record["val"]["top2"])
+    assert failed[3] == "failed"
+    offline = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
+    assert len(offline) == 2 and all(path.stat().st_size > 0 for path in offline)
+

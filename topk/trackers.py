@@ -9,6 +9,10 @@ sweep compare by ε, τ, k or seed in the HParams view (``tensorboard --logdir o
 run's flat configuration as parameters, every epoch's numbers as metrics (step = epoch) and the
 selected model's metrics as ``final/<split>/<metric>``, into a tracking store (a local SQLite
 database by default, or a tracking server's URI), one MLflow run per run, named by its overrides.
+
+**Weights & Biases** (``logger=wandb``, the ``track`` extra): :class:`WandbTracker` does the same
+with a W&B run (configuration, history, summary, exit code), offline by default (``wandb sync``
+uploads the runs later; ``logger.mode=online`` logs in directly).
 """
 
 from __future__ import annotations
@@ -105,3 +109,51 @@ class MLflowTracker:
         if metrics:
             self.mlflow.log_metrics(dict(metrics))
         self.mlflow.end_run(status=self.STATUSES[status])
+
+
+class WandbTracker:
+    """One Weights & Biases run per training run (``logger=wandb``; see the module docstring).
+
+    Parameters
+    ----------
+    project : str
+        The W&B project.
+    mode : str
+        ``offline`` (the default: no network; ``wandb sync <dir>/wandb/offline-run-*`` uploads
+        later), ``online`` or ``disabled``.
+    dir : str
+        Where W&B writes its files (``<dir>/wandb/``).
+    entity : str, optional
+        The W&B user or team (``None``: the account's default).
+
+    Examples
+    --------
+    >>> from topk.trackers import WandbTracker
+    >>> tracker = WandbTracker(project="topk", mode="offline", dir="outputs")  # doctest: +SKIP
+    >>> tracker.start("loss=smooth_svm loss.tau=0.5", {"loss.tau": 0.5})  # doctest: +SKIP
+    >>> tracker.log({"epoch": 1, "train/loss": 0.7})  # doctest: +SKIP
+    >>> tracker.finish("completed", {"final/val/top5": 61.0})  # doctest: +SKIP
+    """
+
+    def __init__(self, project: str = "topk", mode: str = "offline", dir: str = "outputs", entity: str | None = None):
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError("logger=wandb needs Weights & Biases, which is not installed; pip install wandb, "
+                              "or leave out logger=wandb.") from None
+        self.wandb, self.project, self.mode, self.dir, self.entity = wandb, project, mode, dir, entity
+        self.run = None
+
+    def start(self, name: str, params: Mapping) -> None:
+        Path(self.dir).mkdir(parents=True, exist_ok=True)
+        self.run = self.wandb.init(project=self.project, entity=self.entity, name=name, config=dict(params),
+                                   mode=self.mode, dir=self.dir, settings=self.wandb.Settings(silent=True))
+
+    def log(self, row: Mapping) -> None:
+        """One epoch's numbers (``row["epoch"]`` the step)."""
+        self.run.log(numbers(row), step=int(row["epoch"]))
+
+    def finish(self, status: str, metrics: Mapping[str, float]) -> None:
+        """The final ``metrics`` in the run's summary; exit code 0 for a completed run, else 1."""
+        self.run.summary.update(dict(metrics))
+        self.run.finish(exit_code=0 if status == "completed" else 1)

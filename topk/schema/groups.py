@@ -330,6 +330,15 @@ class MLflowSchema:
     experiment: str = text("an experiment name")
 
 
+@dataclass
+class WandbSchema:
+    _target_: str = target()
+    project: str = text("a W&B project name")
+    mode: str = choice("offline", "online", "disabled")
+    dir: str = text("a folder")
+    entity: str | None = text("a W&B user or team", null="the account's default")
+
+
 # Each schema's name in Hydra's ConfigStore: conf/<group>/<option>.yaml names it in its defaults
 # list as /schema/<group>/<name>@_here_ (dataset files: @dataset).
 SCHEMAS: dict[str, dict[str, type]] = {
@@ -365,5 +374,5 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "augment": {"augment": AugmentSchema},
     "optim": {"optimizer": OptimizerSchema, "sgd": SGDSchema},
     "schedule": {"multistep": MultiStepSchema, "cosine": WarmupCosineSchema},
-    "logger": {"mlflow": MLflowSchema},
+    "logger": {"mlflow": MLflowSchema, "wandb": WandbSchema},
 }
