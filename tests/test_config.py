@@ -73,7 +73,9 @@ def test_default_run_is_circles_linear_ce():
     choices = compose_config(return_hydra_config=True).hydra.runtime.choices
     assert (choices.dataset, choices.model, choices.loss) == ("circles", "linear", "ce")
     assert cfg.trainer.ks == [1, 2, 3, 5, 10] and cfg.trainer.batch_size is None
-    assert cfg.trainer.device == "auto" and cfg.trainer.selection_metric == "last"
+    # a validation split held out, the model selected on it, the test split evaluated on that model
+    assert cfg.trainer.device == "auto" and cfg.trainer.selection_metric == "val/top1"
+    assert cfg.dataset.val_per_class == 50
 
 
 EXPERIMENTS = {

@@ -24,8 +24,10 @@ def wrapped_offset(points, labels):
 
 def test_circles_protocol():
     splits = circles(seed=0, sigma=15.0)
-    assert splits.num_classes == 6 and splits.val is None
+    assert splits.num_classes == 6 and splits.val.x.shape == (300, 2)  # 50 validation points per class
     assert splits.train.x.shape == (1800, 2) and splits.test.x.shape == (1800, 2)
+    without = circles(seed=0, sigma=15.0, val_per_class=0)  # S20's runs: the same train and test points
+    assert without.val is None and torch.equal(without.train.x, splits.train.x) and torch.equal(without.test.x, splits.test.x)
     assert splits.class_counts == [300] * 6
     assert torch.allclose(splits.train.x.norm(dim=1), torch.ones(1800), atol=1e-6)
     offsets = wrapped_offset(splits.train.x, splits.train.y)

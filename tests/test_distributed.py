@@ -206,7 +206,7 @@ def test_torchrun_on_circles_equals_one_process_and_resumes_after_a_kill(tmp_pat
     assert returncode == 0, output[-3000:]
     two = record(tmp_path / "two")
     assert two["status"] == "completed" and two["processes"] == 2
-    assert two["samples"] == {"test": 1800}  # every test sample once, over both processes
+    assert two["samples"] == {"val": 300, "test": 1800}  # every sample once, over both processes
     assert two["provenance"]["world_size"] == 2 and two["provenance"]["device"] == "cpu"
     assert_same_test_metrics(two["test"], expected["test"])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["one", "two"]  # nothing from rank 1
@@ -281,6 +281,6 @@ def test_readme_torchrun_sweep_runs_each_job_on_every_process_and_leaves_no_scra
     assert returncode == 0, output[-3000:]
     records = [record(sweep / job) for job in ("0", "1")]
     assert [r["seed"] for r in records] == [0, 1]
-    assert all(r["status"] == "completed" and r["processes"] == 2 and r["samples"] == {"test": 1800}
+    assert all(r["status"] == "completed" and r["processes"] == 2 and r["samples"] == {"val": 300, "test": 1800}
                for r in records)
     assert list(temporary.glob(f"{SCRATCH_PREFIX}*")) == []  # (torch's own torchelastic_* may stay)

@@ -65,7 +65,8 @@ def test_missing_pieces_stop_with_one_sentence(tmp_path, evaluate, capsys):
     assert evaluate([str(tmp_path / "nothing")]) == 1
     assert "holds no run configuration" in capsys.readouterr().err
     run_dir = tmp_path / "pruned"
-    trained_run(run_dir, "trainer.epochs=2", "trainer.keep_checkpoints=best")
+    trained_run(run_dir, "trainer.epochs=2", "trainer.keep_checkpoints=best", "dataset.val_per_class=0",
+                "trainer.selection_metric=last")
     assert evaluate([str(run_dir), "--checkpoint", "last"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Error: ") and "last.pt does not exist" in err and "--checkpoint best" in err

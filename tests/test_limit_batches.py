@@ -69,7 +69,7 @@ def test_processes_share_the_subset():
 def test_a_limited_circles_run_evaluates_every_class(run_dir):
     record, _ = run_in_process(run_dir, ["trainer.limit_batches=1", "trainer.eval_batch_size=12",
                                          "trainer.epochs=10", "optim.lr=0.1"])
-    assert record["samples"] == {"test": 12}
+    assert record["samples"] == {"val": 12, "test": 12}
     assert all(value is not None for value in record["test_per_class"]["top1"])  # all 6 classes
     assert record["test"]["top1"] > 0
 

@@ -57,7 +57,7 @@ def test_the_command_quotes_each_override(run_dir):
 
 def test_a_failed_run_records_when_it_ended(run_dir):
     with pytest.raises(ConfigError, match="needs a validation split"):
-        run_in_process(run_dir, ["trainer.selection_metric=val/top1"])
+        run_in_process(run_dir, ["dataset.val_per_class=0", "trainer.selection_metric=val/top1"])
     record = read_results(run_dir / "results.json")
     assert record["status"] == "failed"
     assert UTC.match(record["provenance"]["ended_utc"]) and record["provenance"]["device"] == "cpu"

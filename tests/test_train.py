@@ -71,7 +71,7 @@ def test_average_k_selects_the_model_and_is_recorded(run_dir):
 
 
 def test_average_k_is_absent_without_a_val_split(run_dir):
-    run_in_process(run_dir, ["trainer.epochs=1"])
+    run_in_process(run_dir, ["trainer.epochs=1", "dataset.val_per_class=0", "trainer.selection_metric=last"])
     assert not [name for name in read_record(run_dir)["test"] if "avg" in name]
     assert not [column for column in pd.read_csv(run_dir / "history.csv").columns if "avg" in column]
     with pytest.raises(ConfigError, match=r"'test/avg5' is not available in this run, as average-k accuracies "
@@ -171,9 +171,9 @@ def test_sigterm_inside_an_epoch_resumes_from_the_last_checkpoint(tmp_path):
 
 def test_resume_of_a_run_without_checkpoint_trains_from_scratch(run_dir):
     with pytest.raises(ConfigError, match="needs a validation split"):
-        run_in_process(run_dir, ["trainer.selection_metric=val/top1"])
+        run_in_process(run_dir, ["dataset.val_per_class=0", "trainer.selection_metric=val/top1"])
     assert not (run_dir / "checkpoints" / "last.pt").exists()
-    record, _ = run_in_process(run_dir, ["trainer.resume=true"])
+    record, _ = run_in_process(run_dir, ["trainer.resume=true", "dataset.val_per_class=0", "trainer.selection_metric=last"])
     assert record["status"] == "completed" and read_record(run_dir)["best_epoch"] == 4
 
 
@@ -231,8 +231,8 @@ def test_class_weights_train_and_are_recorded(run_dir):
         (["loss=topk_group", "loss.k=6"], "loss.k=6 must be between 1 and the number of classes minus one"),
         (["k=7"], "k=7 is more than the 6 classes of this data set, so there is no top-7 accuracy; "
                   "choose k of at most 6"),
-        (["trainer.selection_metric=val/top1"], "needs a validation split"),
-        (["trainer.selection_metric=val/avg5"], "needs a validation split"),
+        (["dataset.val_per_class=0", "trainer.selection_metric=val/top1"], "needs a validation split"),
+        (["dataset.val_per_class=0", "trainer.selection_metric=val/avg5"], "needs a validation split"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
         (["augment=cutout"], "crops, flips or cuts out images"),
         (["loss.weight=[1,2]"], "loss.weight must hold 6 finite non-negative weights"),
@@ -281,8 +281,8 @@ def test_cli_unwritable_output_dir(tmp_path):
 
 def test_sigterm_writes_interrupted_and_the_run_resumes(tmp_path):
     run_dir = tmp_path / "run"
-    args = [f"hydra.run.dir={run_dir}", "trainer.epochs=1000000", "trainer.progress=false",
-            "trainer.eval_every=1000"]
+    args = [f"hydra.run.dir={run_dir}", "trainer.selection_metric=last", "trainer.epochs=1000000",
+            "trainer.progress=false", "trainer.eval_every=1000"]
     process = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
@@ -296,7 +296,7 @@ def test_sigterm_writes_interrupted_and_the_run_resumes(tmp_path):
     assert record["status"] == "interrupted"
     resume_epoch = int(record["error"].split("after epoch ")[1])
     assert resume_epoch >= 1
-    finish = run_cli([*args[:1], f"trainer.epochs={resume_epoch + 2}", "trainer.resume=true",
+    finish = run_cli([*args[:2], f"trainer.epochs={resume_epoch + 2}", "trainer.resume=true",
                       "trainer.progress=false"])
     assert finish.returncode == 0, finish.stderr
     record = json.loads((run_dir / "results.json").read_text())

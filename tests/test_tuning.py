@@ -41,7 +41,8 @@ def test_a_small_study_on_circles_finds_the_best_of_its_trials(tmp_path):
 
 
 def test_tuning_on_no_validation_metric_is_refused_in_one_sentence(tmp_path):
-    result = run_cli([*TUNE, "hydra.sweeper.n_trials=1", f"hydra.sweep.dir={tmp_path / 'study'}"])
+    result = run_cli([*TUNE, "hydra.sweeper.n_trials=1", "trainer.selection_metric=last",
+                      f"hydra.sweep.dir={tmp_path / 'study'}"])
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1].startswith(
         "Error: hydra/sweeper=optuna tunes the selected model's trainer.selection_metric, and last is not a "

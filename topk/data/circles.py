@@ -89,9 +89,10 @@ def circles(
     sigma: float = 20.0,
     train_per_class: int = 300,
     test_per_class: int = 300,
-    val_per_class: int = 0,
+    val_per_class: int = 50,
 ) -> DataSplits:
-    """S20 Experiment 1: six single-mode classes of width ``sigma`` degrees."""
+    """S20 Experiment 1: six single-mode classes of width ``sigma`` degrees (50 validation points
+    per class by default, drawn after train and test; S20's runs, ``s20_exp1``, take none)."""
     return _make_splits(seed, sigma, None, train_per_class, test_per_class, val_per_class)
 
 
