@@ -356,6 +356,17 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     finally:  # image-decoding workers stop with the run, however it ends
         for batches in (train_batches, *eval_batches.values()):
             close_batches(batches)
+    record_result(record, result, splits, distributed)
+    if tracker is not None:
+        tracker.finish("completed", final_metrics(record, "final/"))
+    if trainer.tensorboard and distributed.is_main:
+        override_keys = [override.split("=", 1)[0].lstrip("+~") for override in job_overrides()]
+        write_hparams(run_dir / "tb", hyperparameters(record, override_keys), final_metrics(record, "hparams/"))
+    return record
+
+
+def record_result(record: dict, result, splits, distributed) -> None:
+    """What ``fit`` found, into the run's ``record``."""
     record.update(
         best_epoch=result.best_epoch,
         val=result.metrics.get("val", {}),
@@ -368,18 +379,11 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     )
     if splits.class_groups:
         record["class_groups"] = splits.class_groups
-    if tracker is not None:
-        tracker.finish("completed", final_metrics(record, "final/"))
-    if trainer.tensorboard and distributed.is_main:
-        write_hparams(run_dir / "tb", hyperparameters(record, override_keys()), final_metrics(record, "hparams/"))
-    return record
 
 
-def override_keys() -> list[str]:
-    """The keys the job's command line set (``loss.tau=0.5`` -> ``loss.tau``)."""
-    if not HydraConfig.initialized():
-        return []
-    return [override.split("=", 1)[0].lstrip("+~") for override in HydraConfig.get().overrides.task]
+def job_overrides() -> list[str]:
+    """The job's command-line overrides (``["loss=smooth_svm", "loss.tau=0.5"]``); none outside Hydra."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
 def start_tracker(cfg: DictConfig, record: dict):
@@ -388,8 +392,7 @@ def start_tracker(cfg: DictConfig, record: dict):
     if cfg.get("logger") is None:
         return None
     tracker = build(cfg.logger, "logger")
-    overrides = HydraConfig.get().overrides.task if HydraConfig.initialized() else []
-    tracker.start(" ".join(overrides) or f"{record['loss']} seed {record['seed']}", record["params"])
+    tracker.start(" ".join(job_overrides()) or f"{record['loss']} seed {record['seed']}", record["params"])
     return tracker
 
 
