@@ -368,6 +368,25 @@ def test_functional_noised_hinge_with_given_noise_matches_brute_force(path):
     torch.testing.assert_close((value, grad), expected, rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("scale", [1.0, 7.0])
+def test_the_hinge_reduced_in_its_node_is_the_reduction_of_its_per_sample_values(reduction, scale, path):
+    generator = torch.Generator().manual_seed(4)
+    scores = 3 * torch.randn(12, 6, generator=generator, dtype=torch.float64)
+    labels = scores.argmax(dim=1)
+    labels[::2] = torch.randint(0, 6, (6,), generator=generator)  # half the labels ranked first
+    noise = torch.randn(3, 12, 6, generator=generator, dtype=torch.float64)
+    margins = torch.linspace(0.2, 1.5, 6, dtype=torch.float64)
+    per_sample = noised_topk_hinge(scores, labels, margins, 2, 0.4, 3, noise=noise, scale=scale)
+    assert (per_sample > 0).any() and (per_sample == 0).any()  # active and inactive samples
+
+    def hinge(s, reduction="none"):
+        return noised_topk_hinge(s, labels, margins, 2, 0.4, 3, noise=noise, scale=scale, reduction=reduction)
+
+    torch.testing.assert_close(value_and_grad(lambda s: hinge(s, reduction), scores),
+                               value_and_grad(lambda s: getattr(hinge(s), reduction)(), scores), rtol=1e-12, atol=1e-14)
+
+
 @pytest.mark.parametrize("k", [1, 2, 5])
 def test_zero_epsilon_is_exactly_the_calibrated_hinge(k):
     generator = torch.Generator().manual_seed(k)

@@ -17,7 +17,7 @@ from topk.functional.perturbed import (
     perturbed_kth_largest,
     perturbed_topk,
 )
-from topk.losses.base import TopKLoss
+from topk.losses.base import TopKLoss, weighted_reduction
 from topk.losses.margin import check_scale, ldam_margins, margins_for
 from topk.losses.targets import check_k, loss_inputs, shift_to_row_max
 
@@ -33,9 +33,11 @@ def noised_topk_hinge(
     noise: torch.Tensor | None = None,
     compile: bool = False,
     scale: float = 1.0,
+    reduction: str = "none",
 ) -> torch.Tensor:
     r"""Per-sample ``λ (m_y + top̂_{K+1,ε,B}(s) - s_y)_+`` (G22 eq. 10 and 13; ``λ = scale``, see
-    :class:`NoisedImbalancedTopKHingeLoss`), a ``[batch]`` tensor.
+    :class:`NoisedImbalancedTopKHingeLoss`), a ``[batch]`` tensor for ``reduction="none"``, their
+    plain mean or sum for ``"mean"`` or ``"sum"``.
 
     ``top̂_{K+1,ε,B}`` is :func:`~topk.functional.perturbed.perturbed_topk` (eq. 11); the
     gradient is G22 eq. 12, ``1{m_y + top̂ > s_y} · (argtop̂_{K+1,ε,B}(s) - e_y)`` (G22 writes ``≥``;
@@ -56,40 +58,62 @@ def noised_topk_hinge(
     if target.dtype.is_floating_point:
         scores = shift_to_row_max(scores)
         threshold = perturbed_topk(scores, k + 1, epsilon, n_samples, generator, noise, compile)
-        return scale * (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
+        hinge = scale * (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
+        return weighted_reduction(hinge, target, None, reduction)
     check_perturbation_inputs(scores, k + 1, epsilon, n_samples, noise)
     shifted = shift_to_row_max(scores.detach())
     values, columns = perturbed_kth_largest(shifted, k + 1, epsilon, n_samples, generator, noise, compile)
     margin = margins.index_select(0, target) if isinstance(margins, torch.Tensor) else margins
-    return _Hinge.apply(scores, shifted, values, columns, target, margin, scale)
+    return _Hinge.apply(scores, shifted, values, columns, target, margin, scale, reduction)
 
 
 class _Hinge(torch.autograd.Function):
-    """``λ (m_y + top̂ - s_y)_+`` per sample (G22 eq. 10 and 13) from the k-th largest perturbed
-    ``values`` and their ``columns`` ``[B, batch]``, with gradient eq. 12 written in one pass:
-    ``λ 1{m_y + top̂ > s_y} · ((1/B) Σ_b e_{c_b} - e_y)``. One autograd node where the threshold,
-    the label's score, the margin, the ReLU and λ would take five: at n = 10 and batch 64 (1 CPU
-    thread), 0.15 ms per forward+backward of the noised loss against 0.19 ms for those nodes,
-    pytopk's taking 0.16 ms. ``shifted`` holds the scores less their row maximum (detached):
-    the value comes from them, the gradient is the scores' own (the loss is shift-invariant)."""
+    """``λ (m_y + top̂ - s_y)_+`` per sample (G22 eq. 10 and 13), or their mean or sum
+    (``reduction``), from the k-th largest perturbed ``values`` and their ``columns``
+    ``[B, batch]``, with gradient eq. 12 written in one pass:
+    ``λ g_i 1{m_y + top̂ > s_y} · ((1/B) Σ_b e_{c_b} - e_y)``. One autograd node where the
+    threshold, the label's score, the margin, the ReLU, λ and the reduction would take six: the
+    fixed cost of each node is what small inputs pay: on 1 CPU thread (n = 10, batch 64, G22's
+    settings, alternated with pytopk), folding the batch mean in took the forward+backward from
+    141–182 µs to 133–176 µs.
+    ``shifted`` holds the scores less their row maximum (detached): the value comes from them,
+    the gradient is the scores' own (the loss is shift-invariant)."""
 
     @staticmethod
-    def forward(ctx, scores, shifted, values, columns, labels, margin, scale):
+    def forward(ctx, scores, shifted, values, columns, labels, margin, scale, reduction):
         hinge = values.mean(dim=0).add_(margin).sub_(shifted.gather(1, labels.unsqueeze(1)).squeeze(1))
         active = hinge > 0
         ctx.save_for_backward(columns, labels, active)
-        ctx.num_classes, ctx.scale = scores.shape[1], scale
+        ctx.num_classes, ctx.scale, ctx.reduction = scores.shape[1], scale, reduction
         hinge.clamp_(min=0)
+        if reduction != "none":
+            hinge = hinge.mean() if reduction == "mean" else hinge.sum()
         return hinge if scale == 1 else hinge.mul_(scale)
 
     @staticmethod
     def backward(ctx, grad_output):
         columns, labels, active = ctx.saved_tensors
-        grad_output = grad_output * active if ctx.scale == 1 else grad_output * active * ctx.scale
-        return mean_of_one_hots(grad_output, columns, ctx.num_classes, labels), None, None, None, None, None, None
+        factor = ctx.scale / len(labels) if ctx.reduction == "mean" else ctx.scale
+        grad_output = grad_output * active if factor == 1 else grad_output * factor * active
+        grad = mean_of_one_hots(grad_output, columns, ctx.num_classes, labels)
+        return grad, None, None, None, None, None, None, None
 
 
-class NoisedTopKHingeLoss(TopKLoss):
+class _NoisedHingeLoss(TopKLoss):
+    """What the two noised losses share: the hinge of :func:`noised_topk_hinge`, reduced."""
+
+    def reduce_hinge(self, scores: torch.Tensor, target: torch.Tensor, margins, scale: float) -> torch.Tensor:
+        """The loss of checked ``scores`` and ``target``: without class weights the hinge's
+        autograd node reduces the batch itself (one node fewer, see ``_Hinge``)."""
+        if self.weight is None:
+            return noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples,
+                                     compile=self.compile, scale=scale, reduction=self.reduction)
+        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples,
+                                  compile=self.compile, scale=scale)
+        return self.reduce(hinge, target, scores.shape[1])
+
+
+class NoisedTopKHingeLoss(_NoisedHingeLoss):
     r"""Noised balanced top-K hinge loss of G22 (eq. 10; ``noised_bal``).
 
     .. math::
@@ -149,12 +173,10 @@ class NoisedTopKHingeLoss(TopKLoss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
-        margins = 1.0
-        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile)
-        return self.reduce(hinge, target, scores.shape[1])
+        return self.reduce_hinge(scores, target, 1.0, 1.0)
 
 
-class NoisedImbalancedTopKHingeLoss(TopKLoss):
+class NoisedImbalancedTopKHingeLoss(_NoisedHingeLoss):
     r"""Noised imbalanced top-K hinge loss of G22 (eq. 13, §4.5; ``noised_imbal``).
 
     .. math::
@@ -240,7 +262,4 @@ class NoisedImbalancedTopKHingeLoss(TopKLoss):
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         scores, target = loss_inputs(scores, target)
-        margins = margins_for(self.margins, scores)
-        hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples, compile=self.compile,
-                                  scale=self.scale)
-        return self.reduce(hinge, target, scores.shape[1])
+        return self.reduce_hinge(scores, target, margins_for(self.margins, scores), self.scale)
