@@ -7,10 +7,13 @@ EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet
                g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_time \
                p22_cifar p22_imagenet zoo_cifar100 zoo_plantnet
 FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
+ZOOS := zoo_cifar100 zoo_plantnet
+TUNED_LOSSES := $(basename $(notdir $(wildcard conf/tune/*.yaml)))
+TRIALS ?= 20
 
 .PHONY: help install install-peers demo test test-all docs lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
-        sweep-b18_speed table-b18_speed
+        sweep-b18_speed table-b18_speed $(addprefix tune-,$(ZOOS)) $(addprefix table-,$(addsuffix _tuned,$(ZOOS)))
 
 # A bare `make` prints the targets; it installs nothing.
 .DEFAULT_GOAL := help
@@ -25,6 +28,8 @@ help:
 	@echo "$(EXPERIMENTS)" | fmt -w 80 | sed 's/^/                    /'
 	@echo "  table-<id>      build its table beside the published numbers (outputs/tables/<id>.md)"
 	@echo "  figure-<id>     build its figure, <id> one of: $(FIGURE_IDS)"
+	@echo "  tune-<zoo>      tune every loss of a zoo with the same Optuna budget (TRIALS=20, ARGS=overrides),"
+	@echo "                  <zoo> one of: $(ZOOS); then table-<zoo>_tuned"
 	@echo "  sweeps          the three S20 synthetic sweeps (about 5 minutes on 2 cores)"
 	@echo "  report          the report page of every paper item (outputs/report/index.html)"
 	@echo "  bench-losses    speed and stability of every loss, against the published codes if installed"
@@ -122,6 +127,18 @@ $(addprefix table-,$(EXPERIMENTS)): table-%: install
 	$(PY) scripts/make_tables.py $*
 
 sweep-b18_speed: bench-losses
+
+# A zoo tuned: one Optuna study per loss over its own parameters (conf/tune/<loss>.yaml), TRIALS
+# trials each (a loss without parameters runs once), into outputs/tuning/<zoo>/<loss>/<time>/;
+# `make table-zoo_cifar100_tuned` sets each loss's best validation trial on the test split beside
+# the untuned zoo. ARGS adds overrides to every trial (ARGS='dataset.root=/data/plantnet_300K').
+$(addprefix tune-,$(ZOOS)): tune-%: install
+	for loss in $(TUNED_LOSSES); do \
+	  TOPK_TUNE_TRIALS=$(TRIALS) $(PY) train.py -m +experiment=$* $(ARGS) +tune=$$loss || exit 1; \
+	done
+
+$(addprefix table-,$(addsuffix _tuned,$(ZOOS))): table-%: install
+	$(PY) scripts/make_tables.py $*
 
 table-b18_speed: install
 	$(PY) scripts/make_tables.py b18_speed

@@ -16,7 +16,8 @@ from topk.schema.store import command_line_problem
 
 # The groups the help lists, under the label it shows them by.
 GROUPS = {"dataset": "dataset", "model": "model", "loss": "loss", "augment": "augment", "optim": "optim",
-          "schedule": "schedule", "logger": "logger", "experiment": "+experiment", "scale": "+scale"}
+          "schedule": "schedule", "logger": "logger", "experiment": "+experiment", "scale": "+scale",
+          "tune": "+tune"}
 LAUNCHERS = ["basic", "joblib", "submitit_local", "slurm"]
 
 
@@ -54,12 +55,12 @@ def test_help_lists_every_option_of_every_user_group_and_no_internal_group(help_
         default = re.search(rf"^  - {group}: (\w+)$", default_file, re.M)
         if default:
             assert options[label][0] == default.group(1), f"the default {group} comes first"
-    assert options["hydra/launcher"] == LAUNCHERS and options["hydra/sweeper"] == ["basic", "optuna"]
+    assert options["hydra/launcher"] == LAUNCHERS and options["hydra/sweeper"] == ["basic", "optuna", "tune"]
     assert "protocol/" not in help_text and "schema/" not in help_text
     assert "powered by Hydra" not in help_text
 
 
-@pytest.mark.parametrize("choice", [f"hydra/launcher={name}" for name in LAUNCHERS] + ["hydra/sweeper=optuna"])
+@pytest.mark.parametrize("choice", [f"hydra/launcher={name}" for name in LAUNCHERS] + ["hydra/sweeper=optuna", "hydra/sweeper=tune"])
 def test_every_listed_launcher_and_sweeper_composes(choice):
     assert command_line_problem([choice], CONF, "train") is None
 

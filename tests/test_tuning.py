@@ -1,14 +1,25 @@
 """Hydra's Optuna sweeper tunes a loss parameter: each job returns its selected model's
-selection metric (train.selected_value); a sweep under Optuna that selects on nothing is refused."""
+selection metric (train.selected_value); a sweep under Optuna that selects on nothing, or pushes
+it the wrong way, is refused. The zoo's tuning: every loss's study (conf/tune/) and the tuned
+table (topk/report/tuning.py), from records and from a study at smoke scale."""
 
 from __future__ import annotations
 
 import json
+import re
+import sys
 
+import pandas as pd
 import pytest
 import yaml
 
-from conftest import run_cli
+from conftest import CONF, ROOT, compose_config, run_cli
+from topk.data.fixtures import write_smoke_data
+from topk.report.tables import build_table
+from topk.report.tuning import search_space
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import make_tables  # noqa: E402
 
 pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the tune extra (hydra-optuna-sweeper)")
 
@@ -48,3 +59,89 @@ def test_tuning_on_no_validation_metric_is_refused_in_one_sentence(tmp_path):
         "Error: hydra/sweeper=optuna tunes the selected model's trainer.selection_metric, and last is not a "
         "validation metric; set trainer.selection_metric=val/top5")
     assert result.stderr.strip().endswith("Nothing was run.") and not (tmp_path / "study").exists()
+
+
+# --- the zoo's tuning: +tune=<loss> (conf/tune/), make tune-<zoo>, the <zoo>_tuned table ---
+
+LOSSES = sorted(path.stem for path in (CONF / "loss").glob("*.yaml"))
+RANGE = re.compile(r"interval\(\s*([-\d.e]+)\s*,\s*([-\d.e]+)\s*\)")
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_every_loss_has_a_study_over_its_own_parameters_whose_defaults_lie_in_the_ranges(loss):
+    cfg = compose_config(["+experiment=zoo_cifar100", f"+tune={loss}"], return_hydra_config=True)
+    space = search_space(loss)
+    sweeper, params = cfg.hydra.sweeper, cfg.hydra.sweeper.params
+    assert (params["loss"], params["seed"]) == (loss, "0") and cfg.hydra.runtime.choices.loss == "ce"
+    assert cfg.hydra.sweep.dir.startswith(f"outputs/tuning/zoo_cifar100/{loss}/")
+    if not space:  # nothing to tune: one run under the basic sweeper
+        assert "BasicSweeper" in sweeper._target_
+        return
+    assert "optuna" in sweeper._target_ and sweeper.direction == "maximize" and sweeper.sampler.seed == 0
+    assert sweeper.n_trials == 20 and sweeper.study_name == f"zoo_cifar100_{loss}"
+    loss_cfg = compose_config(["+experiment=zoo_cifar100", f"loss={loss}"]).loss
+    for key, searched in space.items():
+        low, high = map(float, RANGE.search(searched).groups())
+        assert low <= loss_cfg[key.removeprefix("loss.")] <= high, (key, searched)
+
+
+def test_tuning_in_the_wrong_direction_is_refused_in_one_sentence(tmp_path):
+    result = run_cli([*TUNE, "hydra.sweeper.n_trials=1", "hydra.sweeper.direction=minimize",
+                      "trainer.selection_metric=val/top2", f"hydra.sweep.dir={tmp_path / 'study'}"])
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "Error: the Optuna sweeper would minimize val/top2, which is better high; set "
+        "hydra.sweeper.direction=maximize. Nothing was run.")
+
+
+def write_study(folder, trials, smoke=False):
+    """A study folder of completed trials ``[(val top5, test top5, tau)]`` as train.py writes them."""
+    for job, (val, test, tau) in enumerate(trials):
+        run = folder / str(job)
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(yaml.safe_dump(
+            [f"loss.tau={tau}", "+experiment=zoo_cifar100", "+tune=smooth_svm", *(["+scale=smoke"] * smoke)]))
+        record = {"status": "completed", "experiment": "zoo_cifar100", "loss": "smooth_svm", "seed": 0,
+                  "selection_metric": "val/top5", "val": {"top5": val},
+                  "test": {"top1": test / 2, "top5": test, "macro_top5": test, "avg5": test},
+                  "params": {"loss.tau": tau, "loss.alpha": 1.0}}
+        (run / "results.json").write_text(json.dumps(record))
+
+
+def test_the_tuned_table_takes_the_best_validation_trial_of_the_newest_full_scale_study(tmp_path):
+    tuning = tmp_path / "tuning" / "zoo_cifar100"
+    write_study(tuning / "smooth_svm" / "2026-01-01_00-00-00", [(50.0, 40.0, 0.5), (60.0, 30.0, 2.0)])
+    write_study(tuning / "smooth_svm" / "2026-02-01_00-00-00", [(99.0, 99.0, 9.0)], smoke=True)
+    table = build_table("zoo_cifar100_tuned", outputs=tmp_path, sweep_dir=tuning)
+    row = table.tidy.set_index("loss").loc["smooth_svm"]
+    # the best validation trial (60), not the best test one (40); the newer smoke study is passed over
+    assert (row["val"], row["top5"], row["best"], row["completed"]) == (60.0, 30.0, "tau=2, alpha=1", 2)
+    assert not row["smoke"] and row["study"].endswith("2026-01-01_00-00-00")
+    assert table.tidy.set_index("loss").loc["ce", "trials"] == 0
+    markdown = table.markdown()
+    assert "| smooth_svm" in markdown and "no study" in markdown and "no sweep of zoo_cifar100" in markdown
+
+
+def test_no_study_at_all_is_one_sentence(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"no study of zoo_plantnet under .*; run `make tune-zoo_plantnet`"):
+        build_table("zoo_plantnet_tuned", outputs=tmp_path)
+
+
+def test_a_tuned_zoo_at_smoke_scale_runs_every_trial_and_gives_its_table(tmp_path):
+    data = write_smoke_data(tmp_path / "data")
+    tuning = tmp_path / "tuning"
+    for loss in ("smooth_svm", "ce"):
+        result = run_cli(["-m", "+experiment=zoo_cifar100", "+scale=smoke", f"data_root={data}", f"+tune={loss}",
+                          f"hydra.sweep.dir={tuning / loss / '2026-11-26_00-00-00'}", "hydra.launcher.n_jobs=1"],
+                         env_extra={"TOPK_TUNE_TRIALS": "2"})
+        assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads((tuning / "smooth_svm" / "2026-11-26_00-00-00" / str(job) / "results.json").read_text())
+               for job in range(2)]
+    assert len({record["params"]["loss.tau"] for record in records}) == 2
+    best = max(records, key=lambda record: record["val"]["top5"])
+    out = tmp_path / "out"
+    assert make_tables.main(["zoo_cifar100_tuned", "--sweep-dir", str(tuning), "--out", str(out)]) == 0
+    rows = pd.read_csv(out / "zoo_cifar100_tuned.csv").set_index("loss")
+    assert rows.loc["smooth_svm", "completed"] == 2 and rows.loc["ce", "completed"] == 1
+    assert rows.loc["smooth_svm", "top5"] == best["test"]["top5"] and rows.loc["smooth_svm", "smoke"]
+    assert "(smoke)" in (out / "zoo_cifar100_tuned.md").read_text()

@@ -34,14 +34,23 @@ _sweep_dirs: list[Path] = []
 def tuning_problem(config: DictConfig) -> str | None:
     """Hydra's Optuna sweeper optimises what each job returns, the selected model's
     ``trainer.selection_metric`` (``train.selected_value``): one sentence if a sweep under it
-    selects on nothing (``last``) or on the test split, which is never tuned on."""
-    sweeper = str((config.hydra.get("sweeper") or {}).get("_target_", ""))
+    selects on nothing (``last``) or on the test split, which is never tuned on, or would push the
+    metric the wrong way (maximise ``val/loss``, minimise an accuracy: Optuna's default)."""
+    sweeper = config.hydra.get("sweeper") or {}
     metric = str(config.trainer.selection_metric)
-    if "optuna" not in sweeper.lower() or metric.startswith("val/"):
+    if "optuna" not in str(sweeper.get("_target_", "")).lower():
         return None
-    return (f"hydra/sweeper=optuna tunes the selected model's trainer.selection_metric, and {metric} is not "
-            "a validation metric; set trainer.selection_metric=val/top5 (or another val/ metric) and give "
-            "the data set a validation split (e.g. dataset.val_per_class=50). Nothing was run.")
+    if not metric.startswith("val/"):
+        return (f"hydra/sweeper=optuna tunes the selected model's trainer.selection_metric, and {metric} is "
+                "not a validation metric; set trainer.selection_metric=val/top5 (or another val/ metric) and "
+                "give the data set a validation split (e.g. dataset.val_per_class=50). Nothing was run.")
+    direction = str(sweeper.get("direction", "minimize")).rpartition(".")[2].lower()
+    wanted = "minimize" if metric == "val/loss" else "maximize"
+    if direction != wanted:
+        better = "low" if wanted == "minimize" else "high"
+        return (f"the Optuna sweeper would {direction} {metric}, which is better {better}; set "
+                f"hydra.sweeper.direction={wanted}. Nothing was run.")
+    return None
 
 
 def _stop(message: str) -> None:

@@ -36,6 +36,7 @@ from topk.report.runs import (
     read_history,
     read_sweep,
 )
+from topk.report.tuning import TUNED_TABLES, tuned_table
 from topk.report.verdicts import CELL_RULE, cell_verdict, half_width
 
 FIELDS = ("ours", "paper", "ours − paper", "verdict")
@@ -383,12 +384,16 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
                 bench_file: Path | None = None, sweep: Sweep | None = None) -> Table:
     """One table from ``sweep`` (already read), else ``sweep_dir`` (default: the best
     ``<outputs>/sweeps/<id>/*``, :func:`topk.report.runs.sweep_rank`), ``b18_speed``
-    from ``bench_file`` (default ``<outputs>/bench/losses.json``); FileNotFoundError or
+    from ``bench_file`` (default ``<outputs>/bench/losses.json``), a zoo's tuned table from the
+    studies under ``sweep_dir`` (default ``<outputs>/tuning/<zoo>``, :mod:`topk.report.tuning`);
+    FileNotFoundError or
     ConfigError name what to run or fix. Wide sections: one per metric if the paper splits them."""
     if table_id == "b18_speed":
         from topk.report.speed import speed_table
 
         return speed_table(bench_file or Path(outputs) / "bench" / "losses.json")
+    if table_id in TUNED_TABLES:
+        return tuned_table(table_id, outputs, tuning_dir=sweep_dir)
     if table_id not in TABLES:
         raise ValueError(f"unknown table {table_id!r}; choose one of {', '.join(TABLE_IDS)}")
     spec = TABLES[table_id]
@@ -418,4 +423,4 @@ def make_table(table_id: str, out_dir: Path, **kwargs) -> tuple[Table, dict[str,
     return table, write_table(table, out_dir)
 
 
-TABLE_IDS = (*TABLES, "b18_speed")
+TABLE_IDS = (*TABLES, "b18_speed", *TUNED_TABLES)
