@@ -60,6 +60,7 @@ from topk.records import (
     device_provenance,
     provenance,
     read_results,
+    tensorboard_dir,
     utc_now,
     versions,
     write_results,
@@ -77,7 +78,13 @@ from topk.run_dir import (
 )
 from topk.schema import check_config
 from topk.schema import store as schema_store
-from topk.trackers import final_metrics, hyperparameters, write_hparams
+from topk.trackers import (
+    described_overrides,
+    final_metrics,
+    hyperparameters,
+    run_name,
+    write_hparams,
+)
 
 log = logging.getLogger("train")
 CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
@@ -275,6 +282,7 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
         progress_every=int(trainer.progress_every),
         log_line=log_to_file_only,
         tensorboard=bool(trainer.tensorboard),
+        tensorboard_name=tracking_name(record),
         description=f"{record['loss']} seed {record['seed']}",
         class_groups=splits.class_groups,
         amp=str(trainer.amp),
@@ -360,8 +368,9 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     if tracker is not None:
         tracker.finish("completed", final_metrics(record, "final/"))
     if trainer.tensorboard and distributed.is_main:
-        override_keys = [override.split("=", 1)[0].lstrip("+~") for override in job_overrides()]
-        write_hparams(run_dir / "tb", hyperparameters(record, override_keys), final_metrics(record, "hparams/"))
+        override_keys = [override.split("=", 1)[0].lstrip("+~") for override in described_overrides(job_overrides())]
+        write_hparams(tensorboard_dir(run_dir, tracking_name(record)), hyperparameters(record, override_keys),
+                      final_metrics(record, "hparams/"), varied=override_keys)
     return record
 
 
@@ -386,13 +395,19 @@ def job_overrides() -> list[str]:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
+def tracking_name(record: dict) -> str:
+    """The run's name in TensorBoard, MLflow and W&B: its overrides (:func:`topk.trackers.run_name`),
+    else its loss and seed."""
+    return run_name(job_overrides(), fallback=f"{record['loss']},seed={record['seed']}")
+
+
 def start_tracker(cfg: DictConfig, record: dict):
     """The run's experiment tracker (``logger=mlflow``, :mod:`topk.trackers`), started with the
     run's flat configuration; ``None`` without ``logger``."""
     if cfg.get("logger") is None:
         return None
     tracker = build(cfg.logger, "logger")
-    tracker.start(" ".join(job_overrides()) or f"{record['loss']} seed {record['seed']}", record["params"])
+    tracker.start(tracking_name(record), record["params"])
     return tracker
 
 

@@ -16,16 +16,20 @@ TAU_RUN = ["loss=smooth_svm", "trainer.epochs=3", "dataset.val_per_class=20", "t
 
 
 def hparams_of(tb_dir):
-    """The hyper-parameters and the scalar values TensorBoard's HParams view reads from ``tb_dir``."""
+    """The hyper-parameters and the scalar values TensorBoard's HParams view reads from ``tb_dir``
+    (its one folder of events, named by the run's overrides)."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    events = EventAccumulator(str(tb_dir), size_guidance={"tensors": 0, "scalars": 0})
+    [folder] = tb_dir.iterdir()
+    events = EventAccumulator(str(folder), size_guidance={"tensors": 0, "scalars": 0})
     events.Reload()
-    content = events.PluginTagToContent("hparams")["_hparams_/session_start_info"]
-    start = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+    content = events.PluginTagToContent("hparams")
+    start = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/session_start_info"]).session_start_info
     hparams = {name: value.WhichOneof("kind") and getattr(value, value.WhichOneof("kind"))
                for name, value in start.hparams.items()}
+    experiment = plugin_data_pb2.HParamsPluginData.FromString(content["_hparams_/experiment"]).experiment
+    hparams["differing"] = sorted(info.name for info in experiment.hparam_infos if info.differs)
     scalars = {tag: events.Scalars(tag)[-1].value for tag in events.Tags()["scalars"]}
     return hparams, scalars
 
@@ -36,6 +40,9 @@ def test_tensorboard_holds_each_runs_hyperparameters_and_final_metrics(tmp_path)
     for tau, record in records.items():
         hparams, scalars = hparams_of(tmp_path / str(tau) / "tb")
         assert hparams["loss.tau"] == tau and hparams["loss"] == "smooth_svm" and hparams["seed"] == 0
+        assert "loss._target_" not in hparams  # the loss's name says it
+        # the command line's keys are the ones TensorBoard lists and shows first
+        assert hparams["differing"] == ["dataset.val_per_class", "loss", "loss.tau", "trainer.selection_metric"]
         assert scalars["hparams/val/top2"] == pytest.approx(record["val"]["top2"])
         assert scalars["hparams/test/top1"] == pytest.approx(record["test"]["top1"])
         assert "train/loss" in scalars  # the per-epoch scalars are still there
@@ -53,7 +60,7 @@ def test_mlflow_gets_one_run_per_run_with_its_parameters_history_and_status(tmp_
     assert [run.data.params["loss.tau"] for run in runs] == ["0.5", "2.0", "1.0"]
     assert [run.info.status for run in runs] == ["FINISHED", "FINISHED", "FAILED"]
     for run, record in zip(runs, records):
-        assert run.info.run_name.endswith(f"loss.tau={record['params']['loss.tau']}")
+        assert f"loss.tau={record['params']['loss.tau']}" in run.info.run_name.split(",")  # named by its overrides
         assert run.data.metrics["final/val/top2"] == pytest.approx(record["val"]["top2"])
         assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
 
@@ -92,7 +99,7 @@ def test_wandb_offline_gets_one_run_per_run_with_its_config_summary_and_exit_cod
     with pytest.raises(NonFiniteLossError):
         run_in_process(tmp_path / "diverged", [*TAU_RUN, *logger, "optim=sgd", "optim.lr=1e38"])
     (name, config, summary, status), failed = seen
-    assert name.endswith("loss.tau=0.5") and config["loss.tau"] == 0.5 and status == "completed"
+    assert "loss.tau=0.5" in name.split(",") and config["loss.tau"] == 0.5 and status == "completed"
     assert summary["final/val/top2"] == pytest.approx(record["val"]["top2"])
     assert failed[3] == "failed"
     offline = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))

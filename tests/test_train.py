@@ -48,7 +48,7 @@ def test_each_loss_writes_a_valid_record(run_dir, loss):
     assert best["val/top2"] == history["val/top2"].max()
     assert best["test/top1"] == pytest.approx(on_disk["test"]["top1"])
     assert (run_dir / "checkpoints" / "last.pt").exists() and (run_dir / "checkpoints" / "best.pt").exists()
-    assert list((run_dir / "tb").glob("events.out.tfevents.*"))
+    assert list((run_dir / "tb").glob("*/events.out.tfevents.*"))
     assert on_disk["versions"]["torch"]
 
 
@@ -84,13 +84,34 @@ def test_tensorboard_holds_the_history_scalars(run_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run_in_process(run_dir, ["trainer.epochs=3"])
-    events = EventAccumulator(str(run_dir / "tb"))
+    [folder] = (run_dir / "tb").iterdir()  # named by the run's overrides, as TensorBoard shows it
+    assert folder.name == "ce,seed=0"  # trainer.* keys change nothing it learns: its loss and seed
+    events = EventAccumulator(str(folder))
     events.Reload()
     tags = events.Tags()["scalars"]
     assert {"train/loss", "test/top1", "test/macro_top2", "lr"} <= set(tags)
     history = pd.read_csv(run_dir / "history.csv")
     values = [event.value for event in events.Scalars("test/top2")]
     assert values == pytest.approx(history["test/top2"].tolist(), abs=1e-4)
+
+
+def test_tensorboard_names_a_run_by_its_overrides_and_a_resume_keeps_the_folder(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from topk.trackers import run_name
+
+    assert run_name(["loss=smooth_svm", "loss.tau=0.5", "+experiment=g22_epsilon", "data_root=/data/x",
+                     "trainer.num_threads=1", "hydra.sweep.dir=/tmp/s", "trainer.selection_metric=val/top5",
+                     "logger=mlflow", "logger.experiment=taus"]) == (
+        "+experiment=g22_epsilon,loss.tau=0.5,loss=smooth_svm,trainer.selection_metric=val_top5")
+    assert run_name([], fallback="ce,seed=0") == "ce,seed=0"
+    run_in_process(run_dir, ["loss=smooth_svm", "trainer.epochs=2"])
+    run_in_process(run_dir, ["loss=smooth_svm", "trainer.epochs=4", "trainer.resume=true", "seed=0"])
+    [folder] = (run_dir / "tb").iterdir()  # the resume's other overrides name no second folder
+    assert folder.name == "loss=smooth_svm"
+    events = EventAccumulator(str(folder))
+    events.Reload()
+    assert [event.step for event in events.Scalars("train/loss")] == [1, 2, 3, 4]
 
 
 def stop_after(epoch):

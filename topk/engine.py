@@ -55,7 +55,7 @@ from topk.metrics import (
 )
 from topk.precision import MixedPrecision, unwrap
 from topk.progress import BatchMeter, Progress
-from topk.records import TensorBoardScalars, write_history
+from topk.records import TensorBoardScalars, tensorboard_dir, write_history
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,7 @@ class FitSettings:
     progress_every: int = 100  # batches between progress lines where stderr is not a terminal
     log_line: Callable[[str], None] | None = None  # writes a line to the run's train.log alone
     tensorboard: bool = True
+    tensorboard_name: str = "default"  # the events' folder under <run>/tb/ (topk.records.tensorboard_dir)
     description: str = "train"
     class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
     amp: str = "off"  # off | bf16 | fp16: autocast of the forward pass (losses stay float32)
@@ -714,12 +715,13 @@ def run_progress(settings: FitSettings, start_epoch: int, distributed: Distribut
 
 
 def open_tensorboard(run_dir: Path, settings: FitSettings, distributed: Distributed, start_epoch: int):
-    """The run's :class:`topk.records.TensorBoardScalars` in ``<run_dir>/tb`` (rank 0, with
-    ``settings.tensorboard``), or ``None``. On resume, the events a previous session wrote after
-    the checkpoint are purged."""
+    """The run's :class:`topk.records.TensorBoardScalars` in ``<run_dir>/tb/<name>``
+    (:func:`topk.records.tensorboard_dir`; rank 0, with ``settings.tensorboard``), or ``None``.
+    On resume, the events a previous session wrote after the checkpoint are purged."""
     if not settings.tensorboard or not distributed.is_main:
         return None
-    return TensorBoardScalars(Path(run_dir) / "tb", purge_step=start_epoch + 1 if start_epoch else None)
+    return TensorBoardScalars(tensorboard_dir(run_dir, settings.tensorboard_name),
+                              purge_step=start_epoch + 1 if start_epoch else None)
 
 
 # --- fit ------------------------------------------------------------------------------------------

@@ -203,6 +203,18 @@ def find_results(root: Path) -> list[dict]:
     return [read_results(path) for path in sorted(Path(root).rglob("results.json"))]
 
 
+def tensorboard_dir(run_dir: Path, name: str) -> Path:
+    """Where a run's TensorBoard events go: ``<run_dir>/tb/<name>/``, so that TensorBoard, which
+    names a run by the folder of its events, shows a sweep's runs as ``0/tb/loss.tau=0.5,seed=1``
+    rather than ``0/tb``. A run that already has events keeps their folder (a resumed run whose
+    overrides changed, or a run from before the names: its ``tb/`` itself)."""
+    tb = Path(run_dir) / "tb"
+    if any(tb.glob("events.out.tfevents.*")):
+        return tb
+    earlier = sorted(path for path in tb.glob("*") if path.is_dir()) if tb.is_dir() else []
+    return earlier[0] if earlier else tb / name
+
+
 class TensorBoardScalars:
     """The history's numbers as TensorBoard scalars in ``log_dir``, through torch's
     ``SummaryWriter``: one event per epoch holding all of that epoch's numbers, handed to the

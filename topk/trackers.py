@@ -37,24 +37,55 @@ def final_metrics(record: Mapping, prefix: str) -> dict[str, float]:
 
 
 def hyperparameters(record: Mapping, override_keys: list[str]) -> dict[str, float | int | str | bool]:
-    """What a run is compared by: the data set, model and loss chosen, every ``loss.*`` value,
-    ``k``, ``seed`` and every key the command line set (``override_keys``), as TensorBoard's
-    HParams takes them (numbers, text, switches; anything else as its text)."""
+    """What a run is compared by: the data set, model and loss chosen, every ``loss.*`` value
+    (but the class path ``loss._target_``, which ``loss`` names), ``k``, ``seed`` and every key the
+    command line set (``override_keys``), as TensorBoard's HParams takes them (numbers, text,
+    switches; anything else as its text)."""
     params = record["params"]
-    chosen = {key: params[key] for key in params
-              if key.startswith("loss.") or key in ("k", "seed") or key in override_keys}
+    chosen = {key: params[key] for key in params if key != "loss._target_"
+              and (key.startswith("loss.") or key in ("k", "seed") or key in override_keys)}
     chosen.update(dataset=record["dataset"], model=record["model"], loss=record["loss"])
     return {key: value if isinstance(value, (bool, int, float, str)) else str(value) for key, value in chosen.items()}
 
 
-def write_hparams(log_dir: Path, hparams: dict, metrics: dict[str, float]) -> None:
+def described_overrides(overrides: list[str]) -> list[str]:
+    """The command-line overrides that say what a run learns: without ``hydra.*``, the tracker's
+    own ``logger`` settings and the keys that change nothing it learns
+    (:data:`topk.run_dir.HARMLESS_KEYS`: paths, threads, progress, epochs to extend, ...)."""
+    from topk.run_dir import HARMLESS_KEYS
+
+    keys = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
+    return [override for override, key in zip(overrides, keys) if key not in HARMLESS_KEYS
+            and not key.startswith(("hydra.", "logger.")) and key != "logger"]
+
+
+def run_name(overrides: list[str], fallback: str = "default") -> str:
+    """A run's name for TensorBoard, MLflow and W&B: its :func:`described_overrides` joined as
+    Hydra's ``override_dirname`` joins them (``loss=smooth_svm,loss.tau=0.5,seed=1``), "/" as "_"
+    (it is a folder name), at most 200 characters; ``fallback`` without any.
+
+    >>> run_name(["loss=smooth_svm", "loss.tau=0.5", "data_root=/data", "hydra.sweep.dir=/tmp/s"])
+    'loss.tau=0.5,loss=smooth_svm'
+    """
+    return ",".join(sorted(described_overrides(overrides))).replace("/", "_")[:200] or fallback
+
+
+def write_hparams(log_dir: Path, hparams: dict, metrics: dict[str, float], varied=()) -> None:
     """TensorBoard's HParams summaries of one run (``hparams`` and its final ``metrics``) in
     ``log_dir``, beside its scalars: what ``SummaryWriter.add_hparams`` writes, without the
-    sub-folder it would add (which TensorBoard shows as a second run)."""
+    sub-folder it would add (which TensorBoard shows as a second run), and with the keys in
+    ``varied`` (the command line's: a sweep's swept values) marked as differing between runs, so
+    that the HParams view lists and shows them first rather than the first five by name."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
     from torch.utils.tensorboard import SummaryWriter
     from torch.utils.tensorboard.summary import hparams as hparams_summaries
 
     experiment, start, end = hparams_summaries(hparams, metrics)
+    plugin_data = experiment.value[0].metadata.plugin_data
+    described = plugin_data_pb2.HParamsPluginData.FromString(plugin_data.content)
+    for info in described.experiment.hparam_infos:
+        info.differs = info.name in varied
+    plugin_data.content = described.SerializeToString()
     with SummaryWriter(str(log_dir)) as writer:
         for summary in (experiment, start, end):
             writer.file_writer.add_summary(summary)
