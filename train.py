@@ -16,6 +16,7 @@ import inspect
 import json
 import logging
 import random
+import runpy
 import signal
 import sys
 from functools import partial
@@ -629,13 +630,38 @@ def exit_on_composition_problem(argv: list[str]) -> None:
         sys.exit(1)
 
 
+EVAL_OPTIONS = {"+eval_split": "--split", "+eval_checkpoint": "--checkpoint", "+eval_out": "--out"}
+
+
+def evaluation_argv(args: list[str]) -> list[str] | None:
+    """``python train.py +eval=<run dir> [+eval_split=val,test] [+eval_checkpoint=last]
+    [+eval_out=PATH] [key=value ...]`` as ``scripts/evaluate.py``'s arguments (the ``key=value``
+    change the evaluated run's own configuration); ``None`` without ``+eval=``. An evaluation is
+    no training run: Hydra does not start, and no run directory is made."""
+    run = [arg.split("=", 1)[1] for arg in args if arg.startswith("+eval=")]
+    if not run:
+        return None
+    argv = [run[-1]]
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in EVAL_OPTIONS:
+            argv += [item for part in value.split(",") for item in (EVAL_OPTIONS[key], part)]
+        elif key != "+eval":
+            argv.append(arg)
+    return argv
+
+
 def cli() -> None:
-    """``python train.py ...``: the command line checked against the schema, then :func:`main`.
+    """``python train.py ...``: the command line checked against the schema, then :func:`main`;
+    with ``+eval=<run dir>``, ``scripts/evaluate.py`` instead (:func:`evaluation_argv`).
 
     Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too.
     Once a run or sweep has stopped (exit 130), further ones are ignored while the process ends:
     a second SIGTERM close behind the first (SLURM, ``timeout``) would otherwise kill it with 143
     as its image-decoding workers shut down, although everything is already saved."""
+    if (evaluation := evaluation_argv(sys.argv[1:])) is not None:
+        script = Path(__file__).resolve().parent / "scripts" / "evaluate.py"
+        sys.exit(runpy.run_path(str(script), run_name="evaluate")["main"](evaluation))
     exit_on_composition_problem(sys.argv[1:])
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)

@@ -4,6 +4,7 @@
     python scripts/evaluate.py outputs/runs/<run> --split val --split test
     python scripts/evaluate.py outputs/runs/<run> --checkpoint last   # checkpoints/last.pt
     python scripts/evaluate.py outputs/runs/<run> dataset.root=/data/imagenet_v2 dataset.ten_crop=true
+    python train.py +eval=outputs/runs/<run> +eval_split=val,test     # the same from train.py
 
 The run's own configuration (``<run>/.hydra/config.yaml``) builds the data set, the model and
 the loss, as ``train.py`` built them; ``key=value`` arguments change it (another data root, ten
@@ -62,7 +63,8 @@ def saved_model(run_dir: Path, which: str) -> tuple[dict, int | None]:
     if not path.is_file():
         kept = "trainer.keep_checkpoints" if which == "last" else "trainer.keep_checkpoints=none"
         raise CheckpointError(f"{path} does not exist (the run ended before it, or {kept} dropped it); "
-                              f"choose the other with --checkpoint {'best' if which == 'last' else 'last'}.")
+                              f"choose the other with --checkpoint {'best' if which == 'last' else 'last'} "
+                              f"(+eval_checkpoint={'best' if which == 'last' else 'last'} with train.py).")
     checkpoint = load_checkpoint(path)
     return checkpoint["model"], checkpoint.get("epoch")
 
@@ -112,7 +114,8 @@ def main(argv=None) -> int:
     out = args.out or args.run_dir / "eval.json"
     try:
         if out.exists():
-            raise ConfigError(f"{out} already exists and is kept as it is; write elsewhere with --out PATH.")
+            raise ConfigError(f"{out} already exists and is kept as it is; write elsewhere with --out PATH "
+                              "(+eval_out=PATH with train.py).")
         result = evaluate_run(args.run_dir, args.split or ["test"], args.checkpoint, args.overrides)
         out.write_text(json.dumps(strict_json(result), indent=2) + "\n")
     except (TopkError, OSError) as error:

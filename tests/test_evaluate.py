@@ -45,7 +45,8 @@ def test_the_selected_model_gives_the_records_metrics_and_nothing_else_changes(t
     assert after.pop(Path("eval.json")) and after == before
     # eval.json is never overwritten; the last checkpoint is the final epoch's
     assert evaluate([str(run_dir)]) == 1
-    assert capsys.readouterr().err.strip().endswith("already exists and is kept as it is; write elsewhere with --out PATH.")
+    assert capsys.readouterr().err.strip().endswith(
+        "already exists and is kept as it is; write elsewhere with --out PATH (+eval_out=PATH with train.py).")
     assert evaluate([str(run_dir), "--checkpoint", "last", "--out", str(tmp_path / "last.json")]) == 0
     assert json.loads((tmp_path / "last.json").read_text())["epoch"] == 6
 
@@ -75,3 +76,25 @@ def test_missing_pieces_stop_with_one_sentence(tmp_path, evaluate, capsys):
     assert evaluate([str(run_dir), "loss.k=true"]) == 1
     assert "loss" in capsys.readouterr().err
     assert not (run_dir / "eval.json").exists()
+
+
+def test_train_py_plus_eval_is_the_same_evaluation_and_makes_no_run_directory(tmp_path):
+    import train
+
+    assert train.evaluation_argv(["+eval=runs/a", "+eval_split=val,test", "+eval_checkpoint=last",
+                                  "dataset.root=/d"]) == ["runs/a", "--split", "val", "--split", "test",
+                                                          "--checkpoint", "last", "dataset.root=/d"]
+    assert train.evaluation_argv(["loss=ce"]) is None
+    run_dir = tmp_path / "run"
+    record = trained_run(run_dir, "trainer.epochs=3", "trainer.selection_metric=val/top2")
+    before = fingerprint(run_dir)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    result = run_cli([f"+eval={run_dir}", "+eval_split=val,test", "trainer.eval_batch_size=11"], cwd=elsewhere)
+    assert result.returncode == 0, result.stderr
+    evaluation = json.loads((run_dir / "eval.json").read_text())
+    assert evaluation["val"] == pytest.approx(record["val"]) and evaluation["test"] == pytest.approx(record["test"])
+    assert evaluation["overrides"] == ["trainer.eval_batch_size=11"]
+    after = fingerprint(run_dir)
+    assert after.pop(Path("eval.json")) and after == before
+    assert not list(elsewhere.iterdir())  # Hydra did not start: no outputs/runs/<time>_... of its own
