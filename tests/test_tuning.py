@@ -85,13 +85,18 @@ def test_every_loss_has_a_study_over_its_own_parameters_whose_defaults_lie_in_th
         assert low <= loss_cfg[key.removeprefix("loss.")] <= high, (key, searched)
 
 
-def test_tuning_in_the_wrong_direction_is_refused_in_one_sentence(tmp_path):
-    result = run_cli([*TUNE, "hydra.sweeper.n_trials=1", "hydra.sweeper.direction=minimize",
-                      "trainer.selection_metric=val/top2", f"hydra.sweep.dir={tmp_path / 'study'}"])
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1] == (
-        "Error: the Optuna sweeper would minimize val/top2, which is better high; set "
-        "hydra.sweeper.direction=maximize. Nothing was run.")
+@pytest.mark.parametrize("direction,metric,wanted", [("minimize", "val/top2", "maximize"),
+                                                      ("maximize", "val/loss", "minimize")])
+def test_tuning_in_the_wrong_direction_is_refused_in_one_sentence(direction, metric, wanted):
+    from topk.hydra_callbacks import tuning_problem
+
+    overrides = ["hydra/sweeper=optuna", f"hydra.sweeper.direction={direction}", f"trainer.selection_metric={metric}"]
+    better = "high" if wanted == "maximize" else "low"
+    assert tuning_problem(compose_config(overrides, return_hydra_config=True)) == (
+        f"the Optuna sweeper would {direction} {metric}, which is better {better}; set "
+        f"hydra.sweeper.direction={wanted}. Nothing was run.")
+    assert tuning_problem(compose_config([*overrides[:1], f"hydra.sweeper.direction={wanted}",
+                                          f"trainer.selection_metric={metric}"], return_hydra_config=True)) is None
 
 
 def write_study(folder, trials, smoke=False):
