@@ -72,6 +72,7 @@ from topk.run_dir import (
     claim,
     file_in_place_of_folder,
     finished_without_checkpoint,
+    override_key,
     prune_checkpoints,
     record_status,
     run_params,
@@ -351,11 +352,12 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         if getattr(splits, name) is not None
     }
 
+    settings = fit_settings(trainer, ks, splits, record)
     tracker = start_tracker(cfg, record) if distributed.is_main else None
     try:
         result = fit(
             model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
-            splits.num_classes, run_dir, fit_settings(trainer, ks, splits, record), mix=mix,
+            splits.num_classes, run_dir, settings, mix=mix,
             on_epoch_end=tracked(on_epoch_end, tracker), distributed=distributed,
         )
     except BaseException as stop:
@@ -369,8 +371,8 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     if tracker is not None:
         tracker.finish("completed", final_metrics(record, "final/"))
     if trainer.tensorboard and distributed.is_main:
-        override_keys = [override.split("=", 1)[0].lstrip("+~") for override in described_overrides(job_overrides())]
-        write_hparams(tensorboard_dir(run_dir, tracking_name(record)), hyperparameters(record, override_keys),
+        override_keys = [override_key(override) for override in described_overrides(job_overrides())]
+        write_hparams(tensorboard_dir(run_dir, settings.tensorboard_name), hyperparameters(record, override_keys),
                       final_metrics(record, "hparams/"), varied=override_keys)
     return record
 

@@ -74,8 +74,7 @@ class Progress:
         if self.terminal and count > 1:  # cleared at the epoch's end (while it is evaluated)
             self.batch_bar = tqdm(total=count, desc=f"epoch {epoch}", unit="batch", leave=False,
                                   dynamic_ncols=True, file=self.stream, position=1)
-        lines = self.enabled and not self.terminal
-        return BatchMeter(epoch, count, self.batch_bar, self.every if lines else None)
+        return BatchMeter(epoch, count, self.batch_bar, None if self.terminal else self.every)
 
     def close_batches(self) -> None:
         if self.batch_bar is not None:

@@ -56,6 +56,12 @@ HARMLESS_KEYS = frozenset({
 _MISSING = object()
 
 
+def override_key(override: str) -> str:
+    """The key a command-line override sets: ``loss.tau`` of ``loss.tau=0.5``, ``scale`` of
+    ``+scale=smoke``."""
+    return override.partition("=")[0].lstrip("+~")
+
+
 def run_params(cfg: DictConfig) -> dict:
     """The flat resolved configuration of a run (``results.json``'s ``params``), without Hydra's
     own node."""

@@ -52,11 +52,12 @@ def described_overrides(overrides: list[str]) -> list[str]:
     """The command-line overrides that say what a run learns: without ``hydra.*``, the tracker's
     own ``logger`` settings and the keys that change nothing it learns
     (:data:`topk.run_dir.HARMLESS_KEYS`: paths, threads, progress, epochs to extend, ...)."""
-    from topk.run_dir import HARMLESS_KEYS
+    from topk.run_dir import HARMLESS_KEYS, override_key
 
-    keys = [override.split("=", 1)[0].lstrip("+~") for override in overrides]
-    return [override for override, key in zip(overrides, keys) if key not in HARMLESS_KEYS
-            and not key.startswith(("hydra.", "logger.")) and key != "logger"]
+    def describes(key: str) -> bool:
+        return key not in HARMLESS_KEYS and key != "logger" and not key.startswith(("hydra.", "logger."))
+
+    return [override for override in overrides if describes(override_key(override))]
 
 
 def run_name(overrides: list[str], fallback: str = "default") -> str:

@@ -105,12 +105,10 @@ class _NoisedHingeLoss(TopKLoss):
     def reduce_hinge(self, scores: torch.Tensor, target: torch.Tensor, margins, scale: float) -> torch.Tensor:
         """The loss of checked ``scores`` and ``target``: without class weights the hinge's
         autograd node reduces the batch itself (one node fewer, see ``_Hinge``)."""
-        if self.weight is None:
-            return noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples,
-                                     compile=self.compile, scale=scale, reduction=self.reduction)
+        reduction = self.reduction if self.weight is None else "none"
         hinge = noised_topk_hinge(scores, target, margins, self.k, self.epsilon, self.n_samples,
-                                  compile=self.compile, scale=scale)
-        return self.reduce(hinge, target, scores.shape[1])
+                                  compile=self.compile, scale=scale, reduction=reduction)
+        return hinge if self.weight is None else self.reduce(hinge, target, scores.shape[1])
 
 
 class NoisedTopKHingeLoss(_NoisedHingeLoss):

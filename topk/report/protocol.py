@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from topk.run_dir import HARMLESS_KEYS, RENAMED_KEYS, run_params
+from topk.run_dir import HARMLESS_KEYS, RENAMED_KEYS, override_key, run_params
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 # How fast, where or how verbosely a run trains, and how often it evaluates or saves: never what
@@ -241,6 +241,11 @@ def config_differences(proto: Protocol, runs: pd.DataFrame, job_runs: dict) -> t
     return differences, {key: text for key, text in one_side.items() if key not in differences}
 
 
+def at_smoke_scale(overrides) -> bool:
+    """Whether a command line shrinks its runs to smoke scale (``+scale=smoke``)."""
+    return any(override_key(str(line)) == "scale" for line in overrides)
+
+
 def assess(runs: pd.DataFrame, sweep_dir: Path, experiment: str) -> Fidelity:
     """How the runs of ``sweep_dir`` (one row each, as :func:`topk.report.runs.load_sweep` reads
     them) compare with ``experiment``'s protocol."""
@@ -254,8 +259,8 @@ def assess(runs: pd.DataFrame, sweep_dir: Path, experiment: str) -> Fidelity:
         (outside if job is None else job_runs.setdefault(job, [])).append(i)
     read = read_command_line(sweep_dir)
     command_line = None if read is None else [
-        line for line in read[1] if line.partition("=")[0].lstrip("+~") != "experiment"]
-    smoke = any(line.partition("=")[0].lstrip("+~") == "scale" for line in command_line or [])
+        line for line in read[1] if override_key(line) != "experiment"]
+    smoke = at_smoke_scale(command_line or [])
     deviations, one_side = config_differences(proto, runs, job_runs)
     if read is not None:
         deviations.update(narrowed(proto, read[0], read[1]))

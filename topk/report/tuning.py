@@ -19,6 +19,7 @@ import yaml
 
 from topk.errors import ConfigError
 from topk.report.cells import fmt
+from topk.report.protocol import at_smoke_scale
 from topk.report.render import Table
 from topk.report.runs import Sweep, best_sweep, column, display_path, load_sweep, number
 
@@ -75,7 +76,7 @@ def is_smoke(study: Sweep) -> bool:
             overrides = yaml.safe_load((Path(run_dir) / ".hydra" / "overrides.yaml").read_text()) or []
         except (OSError, yaml.YAMLError):
             return False
-        return any(str(line).partition("=")[0].lstrip("+~") == "scale" for line in overrides)
+        return at_smoke_scale(overrides)
     return False
 
 
@@ -119,7 +120,7 @@ def trials_text(row: dict) -> str:
 
 def tuned_frame(rows: list[dict]) -> pd.DataFrame:
     """The printed table: one line per loss, best tuned test top-5 first."""
-    ordered = sorted(rows, key=lambda row: -(row[RANKED_BY] if row[RANKED_BY] is not None else -1e9))
+    ordered = sorted(rows, key=lambda row: (row[RANKED_BY] is None, -(row[RANKED_BY] or 0)))
     frame = pd.DataFrame({
         "loss": [row["loss"] for row in ordered],
         "tuned": [row["searched"] for row in ordered],
