@@ -118,6 +118,17 @@ def test_scores_must_be_floating_and_labels_integer(loss):
         loss(scores, labels > 2)
 
 
+@pytest.mark.parametrize("bad", [N_CLASSES, -1])
+def test_labels_out_of_range_are_refused(loss, bad):
+    """One sentence naming the label, whether :func:`~topk.losses.targets.loss_inputs` reads the
+    range or the loss leaves it to its gather (the noised losses: ``label_scores``)."""
+    scores, labels = scores_and_labels()
+    labels[3] = bad
+    message = rf"^labels must be class indices from 0 to {N_CLASSES - 1} \({N_CLASSES} classes\), got {bad}$"
+    with pytest.raises(ValueError, match=message):
+        loss(scores, labels)
+
+
 @pytest.mark.parametrize("dtype", HALF_DTYPES)
 def test_half_precision_scores_are_computed_in_float32(loss, dtype):
     """The loss of half-precision scores is the float32 loss of the same (rounded) values, close

@@ -2,7 +2,8 @@
 
 Each loss is compared, value and gradient, with the same loss computed in float64 on the same
 float32 scores (cast to float64, exactly): only the arithmetic's precision differs. Before the
-losses shifted their scores by the row maximum (``topk.losses.targets.shift_to_row_max``), the
+losses shifted their scores by the row maximum (``topk.losses.targets.shift_to_row_max``; the
+noised hinges now by the label's score), the
 hinges, the S20 and truncated-entropy losses returned 0.5 to 1.5 at 1e8 where the float64 loss
 is 1.4 to 3.1 (a margin or a log-sum-exp term rounded away against scores 8 apart), LDAM and the
 noised, smooth-SVM (``kτ`` not a power of 2), top-k entropy and sorting-network losses were off

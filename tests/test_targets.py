@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
 from conftest import compose_config
-from topk.losses.targets import expected_over_targets, loss_inputs
+from topk.losses.targets import expected_over_targets, label_scores, loss_inputs
 
 
 def per_label_cross_entropy(scores, labels):
@@ -39,6 +40,22 @@ def test_loss_inputs_upcasts_half_scores_and_converts_targets_once():
     double = torch.randn(3, 4, dtype=torch.float64)
     same_scores, int64_labels = loss_inputs(double, torch.tensor([0, 3, 1]))
     assert same_scores is double and int64_labels.dtype == torch.int64
+
+
+@pytest.mark.parametrize("bad", [4, -1])
+def test_the_range_left_to_the_gather_is_refused_there_in_the_same_sentence(bad):
+    """``range_from_gather=True`` reads nothing of the labels; :func:`label_scores` gathers the
+    labels' scores and turns torch's refusal of a bad index into the contract's sentence."""
+    scores = torch.randn(3, 4)
+    labels = torch.tensor([0, bad, 1])
+    _, unchecked = loss_inputs(scores, labels, range_from_gather=True)
+    assert unchecked.tolist() == [0, bad, 1]
+    with pytest.raises(ValueError, match=rf"^labels must be class indices from 0 to 3 \(4 classes\), got {bad}$"):
+        loss_inputs(scores, labels)
+    with pytest.raises(ValueError, match=rf"^labels must be class indices from 0 to 3 \(4 classes\), got {bad}$"):
+        label_scores(scores, unchecked)
+    good = torch.tensor([0, 3, 1])
+    torch.testing.assert_close(label_scores(scores, good), scores[torch.arange(3), good][:, None], rtol=0, atol=0)
 
 
 def test_train_passes_data_arguments_only_to_constructors_that_ask():

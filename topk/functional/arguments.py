@@ -17,6 +17,8 @@ import numbers
 def whole_number(name: str, value, minimum: int = 1) -> int:
     """``value`` as an ``int``; raise unless it is a whole number (a Python or numpy integer,
     not a bool or a float such as ``2.0``) of at least ``minimum``."""
+    if type(value) is int and value >= minimum:  # the common case, without the ABC checks below
+        return value
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ValueError(f"{name} must be a whole number of at least {minimum}, got {value!r}")
     return int(value)
@@ -29,6 +31,8 @@ def _is_real(value) -> bool:
 def non_negative(name: str, value, note: str = ""):
     """``value``, unchanged; raise unless it is a finite real number ``>= 0`` (``note``, e.g.
     ``" (0 is the non-smooth loss)"``, is added to the sentence)."""
+    if type(value) is float and 0 <= value < math.inf:  # the common case, without the ABC checks
+        return value
     if not (_is_real(value) and 0 <= value < math.inf):
         raise ValueError(f"{name} must be a finite number >= 0{note}, got {value!r}")
     return value

@@ -19,7 +19,7 @@ from topk.functional.perturbed import (
 )
 from topk.losses.base import TopKLoss, weighted_reduction
 from topk.losses.margin import check_scale, ldam_margins, margins_for
-from topk.losses.targets import check_k, loss_inputs, shift_to_row_max
+from topk.losses.targets import check_k, label_scores, loss_inputs, shift_to_row_max
 
 
 def noised_topk_hinge(
@@ -46,13 +46,17 @@ def noised_topk_hinge(
     (Mixup) gives ``Σ_i t_i (m_i + top̂ - s_i)_+`` with one noise draw shared by all labels: for
     ``t = λ e_a + (1-λ) e_b`` exactly ``λ ℓ(s, a) + (1-λ) ℓ(s, b)`` under the same noise.
     ``generator``, ``noise`` and ``compile`` are those of ``perturbed_topk``. ``scores`` and
-    ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns.
+    ``target`` are those :func:`~topk.losses.targets.loss_inputs` returns; the labels' range may
+    be left unchecked there (``range_from_gather=True``), as the modules do: their first use
+    here is :func:`~topk.losses.targets.label_scores`, which checks it.
 
     The loss is invariant to adding a constant to every score of a row (under the same noise,
-    ``top_{K+1}(s + c + εZ) = top_{K+1}(s + εZ) + c``); it is computed on the scores less their
-    row maximum (:func:`~topk.losses.targets.shift_to_row_max`), where the noise ``εZ`` and the
-    margins keep their precision: added to float32 scores near ``1e8`` (rounding unit 8), both
-    would round away.
+    ``top_{K+1}(s + c + εZ) = top_{K+1}(s + εZ) + c``); it is computed on shifted scores, where
+    the noise ``εZ`` and the margins keep their precision: added to float32 scores near ``1e8``
+    (rounding unit 8), both would round away. A probability target shifts by the row maximum
+    (:func:`~topk.losses.targets.shift_to_row_max`); a label by its own score, which the hinge
+    needs anyway: ``(m_y + top̂(s - s_y))_+``, with ``s_j - s_y`` exact for every score within a
+    factor 2 of ``s_y`` (Sterbenz's lemma), the ones near the kink. One ``amax`` fewer per call.
     """
     check_k(k, scores.shape[1])
     if target.dtype.is_floating_point:
@@ -61,10 +65,11 @@ def noised_topk_hinge(
         hinge = scale * (target * F.relu(margins + threshold[:, None] - scores)).sum(dim=1)
         return weighted_reduction(hinge, target, None, reduction)
     check_perturbation_inputs(scores, k + 1, epsilon, n_samples, noise)
-    shifted = shift_to_row_max(scores.detach())
+    detached = scores.detach()
+    shifted = detached - label_scores(detached, target)  # the label's own score becomes 0
     values, columns = perturbed_kth_largest(shifted, k + 1, epsilon, n_samples, generator, noise, compile)
     margin = margins.index_select(0, target) if isinstance(margins, torch.Tensor) else margins
-    return _Hinge.apply(scores, shifted, values, columns, target, margin, scale, reduction)
+    return _Hinge.apply(scores, values, columns, target, margin, scale, reduction)
 
 
 class _Hinge(torch.autograd.Function):
@@ -76,12 +81,12 @@ class _Hinge(torch.autograd.Function):
     fixed cost of each node is what small inputs pay: on 1 CPU thread (n = 10, batch 64, G22's
     settings, alternated with pytopk), folding the batch mean in took the forward+backward from
     141–182 µs to 133–176 µs.
-    ``shifted`` holds the scores less their row maximum (detached): the value comes from them,
-    the gradient is the scores' own (the loss is shift-invariant)."""
+    The ``values`` are those of the scores less each label's score (detached), so that
+    ``top̂ - s_y`` is their mean; the gradient is the scores' own (the loss is shift-invariant)."""
 
     @staticmethod
-    def forward(ctx, scores, shifted, values, columns, labels, margin, scale, reduction):
-        hinge = values.mean(dim=0).add_(margin).sub_(shifted.gather(1, labels.unsqueeze(1)).squeeze(1))
+    def forward(ctx, scores, values, columns, labels, margin, scale, reduction):
+        hinge = values.mean(dim=0).add_(margin)
         active = hinge > 0
         ctx.save_for_backward(columns, labels, active)
         ctx.num_classes, ctx.scale, ctx.reduction = scores.shape[1], scale, reduction
@@ -96,7 +101,7 @@ class _Hinge(torch.autograd.Function):
         factor = ctx.scale / len(labels) if ctx.reduction == "mean" else ctx.scale
         grad_output = grad_output * active if factor == 1 else grad_output * factor * active
         grad = mean_of_one_hots(grad_output, columns, ctx.num_classes, labels)
-        return grad, None, None, None, None, None, None, None
+        return grad, None, None, None, None, None, None
 
 
 class _NoisedHingeLoss(TopKLoss):
@@ -170,7 +175,7 @@ class NoisedTopKHingeLoss(_NoisedHingeLoss):
         return f"k={self.k}, epsilon={self.epsilon}, n_samples={self.n_samples}, compile={self.compile}"
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        scores, target = loss_inputs(scores, target)
+        scores, target = loss_inputs(scores, target, range_from_gather=True)
         return self.reduce_hinge(scores, target, 1.0, 1.0)
 
 
@@ -259,5 +264,5 @@ class NoisedImbalancedTopKHingeLoss(_NoisedHingeLoss):
         )
 
     def forward(self, scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        scores, target = loss_inputs(scores, target)
+        scores, target = loss_inputs(scores, target, range_from_gather=True)
         return self.reduce_hinge(scores, target, margins_for(self.margins, scores), self.scale)
