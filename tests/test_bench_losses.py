@@ -72,6 +72,13 @@ def test_head_to_head_rows_agree_with_the_published_codes(bench):
     assert lines[0] == "### Ours against the published codes (forward+backward, float32, CPU, 1 thread)"
     header = next(line for line in lines if line.startswith("| loss |"))
     assert header.count("|") == 13 and "ours / theirs speed-up" in header
+    column = [cell.strip() for cell in header.split("|")].index("ours / theirs speed-up")  # read first, not scrolled to
+    assert column == 6
+    table_rows = [line for line in lines if line.startswith(("| noised", "| smooth", "| diffsort"))]
+    for line in table_rows:
+        row = next(row for row in rows if line.startswith(f"| {row['loss']} |"))
+        digits = 2 if row["speedup"] < 10 else 1
+        assert line.split("|")[column].strip() == f"{row['speedup']:.{digits}f}×"
     assert sum(line.startswith(("| noised", "| smooth", "| diffsort")) for line in lines) == 6
     assert "pytopk 0.1.0" in text and "difftopk 0.2.0" in text
 
