@@ -1,9 +1,10 @@
 """What a run tells experiment trackers: TensorBoard's HParams data, and MLflow (``logger=mlflow``).
 
 **TensorBoard.** Besides the per-epoch scalars (:class:`topk.records.TensorBoardScalars`), a
-completed run writes its hyper-parameters with the selected model's final metrics to its ``tb/``
-folder in the form of TensorBoard's HParams plugin (:func:`write_hparams`), so that the runs of a
-sweep compare by ε, τ, k or seed in the HParams view (``tensorboard --logdir outputs/sweeps``).
+completed run writes its hyper-parameters with the selected model's final metrics to its
+``tb/<run name>/`` folder (:func:`topk.records.tensorboard_dir`) in the form of TensorBoard's
+HParams plugin (:func:`write_hparams`), so that the runs of a sweep compare by ε, τ, k or seed
+in the HParams view (``tensorboard --logdir outputs/sweeps``).
 
 **MLflow** (``logger=mlflow``, the optional ``track`` extra): :class:`MLflowTracker` logs the
 run's flat configuration as parameters, every epoch's numbers as metrics (step = epoch) and the
@@ -22,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from topk.errors import ConfigError
+from topk.run_dir import HARMLESS_KEYS, override_key
 
 
 def numbers(row: Mapping) -> dict[str, float]:
@@ -52,8 +54,6 @@ def described_overrides(overrides: list[str]) -> list[str]:
     """The command-line overrides that say what a run learns: without ``hydra.*``, the tracker's
     own ``logger`` settings and the keys that change nothing it learns
     (:data:`topk.run_dir.HARMLESS_KEYS`: paths, threads, progress, epochs to extend, ...)."""
-    from topk.run_dir import HARMLESS_KEYS, override_key
-
     def describes(key: str) -> bool:
         return key not in HARMLESS_KEYS and key != "logger" and not key.startswith(("hydra.", "logger."))
 
