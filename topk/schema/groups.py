@@ -86,6 +86,7 @@ class TrainSchema:
     these rules."""
 
     experiment: str | None = text("an experiment name", null="not part of a paper experiment")
+    protocol_card: str | None = text("the experiment's protocol card", null="no card")
     seed: int = whole(0, MAX_SEED)
     data_root: str = text("a folder")
     image_size: int = whole(1)

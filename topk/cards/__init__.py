@@ -1,0 +1,258 @@
+"""Protocol cards: every result-affecting value of an experiment, with where it comes from.
+
+A card is ``topk/cards/<experiment>.yaml``. It lists, under ``keys``, every key of the flat
+composed config of the experiment's jobs that changes what a run learns or reports, with its value
+and its source; ``facts`` adds protocol facts that live in code rather than in a config key (the
+normalisation constants, how a split is drawn). A card may start from shared fragments
+(``uses: [cifar100_g22]`` reads ``topk/cards/common/cifar100_g22.yaml``); its own entries replace a
+fragment's entry of the same key whole.
+
+An entry is a mapping, or a list of mappings when the value depends on the job::
+
+    optim.lr:
+      - when: {loss: ce}                  # the swept values this case applies to
+        value: 0.1
+        source: cited                     # cited | code | inferred | choice
+        ref: B18 §5.2                     # paper and section / table / equation, or repo: file
+        quote: "The learning rate ... is set to 0.1"
+      - when: {loss: smooth_svm}
+        value: 1.0
+        ...
+    seed:
+      swept: [0, 1, 2]                    # a swept key lists the sweep's values
+      source: choice
+      why: B18 does not say how many seeds it ran; three give a t-interval.
+
+``cited`` needs a ``quote`` (the paper's words; ``…`` stands for words left out) and ``ref``;
+``code`` needs ``ref`` (repository and file); ``inferred`` and ``choice`` need ``why``.
+:func:`problems` holds a card against the composed configs of every job: a test calls it for every
+experiment, so a protocol never drifts from its card in silence.
+
+Keys that never change what a run learns or reports (where it runs, how fast, how verbosely, how
+often it saves: :data:`topk.report.protocol.PROTOCOL_FREE_KEYS`) need no entry, nor do ``experiment``,
+``protocol_card`` and Hydra's ``_partial_`` flags.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+CARDS = Path(__file__).resolve().parent
+SOURCES = {
+    "cited": "the paper's words",
+    "code": "the published code",
+    "inferred": "inferred from the paper",
+    "choice": "our choice",
+}
+NEEDS = {"cited": ("ref", "quote"), "code": ("ref",), "inferred": ("why",), "choice": ("why",)}
+NOT_PROTOCOL = {"experiment", "protocol_card", "dataset.download"}  # download: how data arrives, not what it is
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One value of a card and its source; ``when`` limits it to jobs with those swept values,
+    ``swept`` replaces ``value`` for a key the sweep varies."""
+
+    key: str
+    source: str
+    value: object = None
+    swept: tuple | None = None
+    when: tuple[tuple[str, tuple], ...] = ()
+    ref: str = ""
+    quote: str = ""
+    why: str = ""
+
+    def applies_to(self, job: Mapping) -> bool:
+        """Whether this case is the one for ``job`` (its swept values, normalised)."""
+        from topk.report.protocol import normalise
+
+        return all(normalise(job.get(key)) in values for key, values in self.when)
+
+    @property
+    def shown_value(self) -> str:
+        from topk.report.protocol import normalise, shown
+
+        if self.swept is not None:
+            return "swept: " + ", ".join(shown(normalise(v)) for v in self.swept)
+        return shown(normalise(self.value))
+
+    @property
+    def shown_when(self) -> str:
+        from topk.report.protocol import shown
+
+        return "; ".join(f"{key} = {' or '.join(shown(v) for v in values)}"
+                         for key, values in self.when)
+
+
+@dataclass(frozen=True)
+class Card:
+    """An experiment's protocol card, its fragments merged in."""
+
+    experiment: str
+    reproduces: str
+    entries: tuple[Entry, ...]
+    facts: tuple[Entry, ...] = field(default=())
+
+    def cases(self, key: str) -> list[Entry]:
+        return [entry for entry in self.entries if entry.key == key]
+
+    @property
+    def keys(self) -> list[str]:
+        return list(dict.fromkeys(entry.key for entry in self.entries))
+
+
+class CardError(ValueError):
+    """A card file that cannot be read as a card."""
+
+
+def card_path(experiment: str) -> Path:
+    return CARDS / f"{experiment}.yaml"
+
+
+def experiments_with_cards() -> list[str]:
+    return sorted(path.stem for path in CARDS.glob("*.yaml"))
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise CardError(f"cannot read the protocol card {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise CardError(f"the protocol card {path} is not a mapping of fields")
+    return data
+
+
+def _when(path: Path, key: str, raw) -> tuple[tuple[str, tuple], ...]:
+    from topk.report.protocol import normalise
+
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise CardError(f"{path}: {key}'s `when` must map swept keys to values, got {raw!r}")
+    return tuple((str(k), tuple(normalise(v) for v in (vs if isinstance(vs, list) else [vs])))
+                 for k, vs in raw.items())
+
+
+def _entries(path: Path, key: str, raw) -> list[Entry]:
+    """The cases of one key, each checked for a known source and the fields that source needs."""
+    cases = raw if isinstance(raw, list) else [raw]
+    entries = []
+    for case in cases:
+        if not isinstance(case, dict):
+            raise CardError(f"{path}: the entry of {key} must be a mapping (value, source, ...)")
+        unknown = set(case) - {"value", "swept", "when", "source", "ref", "quote", "why"}
+        source = case.get("source")
+        if unknown:
+            raise CardError(f"{path}: {key} has unknown fields {sorted(unknown)}")
+        if source not in SOURCES:
+            raise CardError(f"{path}: {key}'s source must be one of {', '.join(SOURCES)}, "
+                            f"got {source!r}")
+        missing = [name for name in NEEDS[source] if not str(case.get(name) or "").strip()]
+        if missing:
+            raise CardError(f"{path}: {key} is {source} and needs {' and '.join(missing)}")
+        swept = case.get("swept")
+        entries.append(Entry(key, source, case.get("value"),
+                             None if swept is None else tuple(swept),
+                             _when(path, key, case.get("when")), str(case.get("ref") or ""),
+                             " ".join(str(case.get("quote") or "").split()),
+                             " ".join(str(case.get("why") or "").split())))
+    return entries
+
+
+def _merged_keys(path: Path, data: dict) -> dict:
+    """The card's ``keys`` over those of its fragments, in order (a later one replaces a key)."""
+    keys: dict = {}
+    for fragment in data.get("uses") or []:
+        fragment_path = CARDS / "common" / f"{fragment}.yaml"
+        if not fragment_path.is_file():
+            known = sorted(p.stem for p in (CARDS / "common").glob("*.yaml"))
+            raise CardError(f"{path} uses the fragment {fragment!r}, which does not exist; "
+                            f"fragments: {', '.join(known)}")
+        keys.update(_read(fragment_path).get("keys") or {})
+    keys.update(data.get("keys") or {})
+    return keys
+
+
+@functools.cache
+def load(experiment: str) -> Card:
+    """The protocol card of ``experiment``, fragments merged."""
+    path = card_path(experiment)
+    if not path.is_file():
+        raise CardError(f"experiment {experiment!r} has no protocol card ({path}); cards exist for "
+                        f"{', '.join(experiments_with_cards())}")
+    data = _read(path)
+    if data.get("experiment") != experiment:
+        raise CardError(f"{path} names experiment {data.get('experiment')!r}, not {experiment!r}")
+    entries = [e for key, raw in _merged_keys(path, data).items() for e in _entries(path, key, raw)]
+    facts = [e for key, raw in (data.get("facts") or {}).items() for e in _entries(path, key, raw)]
+    return Card(experiment, str(data.get("reproduces") or ""), tuple(entries), tuple(facts))
+
+
+def result_keys(params: Mapping) -> list[str]:
+    """The keys of a flat composed config that a card must account for."""
+    from topk.report.protocol import PROTOCOL_FREE_KEYS
+
+    return [key for key in params
+            if key not in PROTOCOL_FREE_KEYS and key not in NOT_PROTOCOL
+            and not key.endswith("._partial_")]
+
+
+def _job_text(job) -> str:
+    from topk.report.protocol import normalise, shown
+
+    return " ".join(f"{key}={shown(normalise(value))}" for key, value in job) or "the one job"
+
+
+def job_values(proto, job) -> dict:
+    """What an entry's ``when`` is matched against: the job's swept values and the config group
+    choices it composes (``loss``, ``model``, ``dataset`` ... even where the sweep fixes them)."""
+    from topk.report.protocol import _compose, _override_text
+
+    setting = tuple(f"{key}={_override_text(value)}" for key, value in job if key != "seed")
+    choices = _compose((f"+experiment={proto.id}", *setting), hydra_node=True).hydra.runtime.choices
+    values = {key: value for key, value in choices.items() if not key.startswith("hydra")}
+    values.update(dict(job))
+    return values
+
+
+def problems(experiment: str) -> list[str]:
+    """Every way the card of ``experiment`` and the configs its sweep composes disagree: a
+    result-affecting key without an entry, a value the card does not state, a swept key whose
+    values differ from the sweep's, and entries no job uses. Empty when the card is true."""
+    from topk.report.protocol import normalise, protocol, shown
+
+    card, proto = load(experiment), protocol(experiment)
+    jobs_with: dict[str, list[str]] = {}  # a problem (first example) -> the jobs that have it
+    used: set[tuple[str, int]] = set()
+    for job in proto.jobs:
+        values, params = job_values(proto, job), proto.params(job)
+        for key in result_keys(params):
+            cases = [(i, e) for i, e in enumerate(card.entries) if e.key == key and e.applies_to(values)]
+            used.update((key, i) for i, _ in cases)
+            composed = shown(normalise(params[key]))
+            if len(cases) != 1:
+                problem = (f"{key}: {'no' if not cases else len(cases)} card entries apply "
+                           f"(composed value {composed})")
+            elif cases[0][1].swept is None and normalise(cases[0][1].value) != normalise(params[key]):
+                problem = f"{key}: the card says {cases[0][1].shown_value}, the config composes {composed}"
+            else:
+                continue
+            jobs_with.setdefault(problem, []).append(_job_text(job))
+    found = [f"{problem} in {len(jobs)} job(s), e.g. {jobs[0]}" for problem, jobs in jobs_with.items()]
+    for key in proto.keys:
+        ran = {normalise(dict(job).get(key)) for job in proto.jobs}
+        swept = [(i, e) for i, e in enumerate(card.entries) if e.key == key and e.swept is not None]
+        used.update((key, i) for i, _ in swept)
+        if not swept or {normalise(v) for _, e in swept for v in e.swept} != ran:
+            found.append(f"{key} is swept over {', '.join(sorted(map(shown, ran)))}; the card's "
+                         f"`swept` list must name exactly those values")
+    found += [f"{e.key}: no job of the sweep uses this entry"
+              + (f" (when {e.shown_when})" if e.when else "")
+              for i, e in enumerate(card.entries) if (e.key, i) not in used]
+    return found
