@@ -11,7 +11,7 @@ ZOOS := zoo_cifar100 zoo_plantnet
 TUNED_LOSSES := $(basename $(notdir $(wildcard conf/tune/*.yaml)))
 TRIALS ?= 20
 
-.PHONY: help install install-peers demo test test-all docs lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
+.PHONY: help install install-peers demo test test-all docs cards lint bench bench-losses bench-data gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed $(addprefix tune-,$(ZOOS)) $(addprefix table-,$(addsuffix _tuned,$(ZOOS)))
 
@@ -32,6 +32,7 @@ help:
 	@echo "                  <zoo> one of: $(ZOOS); then table-<zoo>_tuned"
 	@echo "  sweeps          the three S20 synthetic sweeps (about 5 minutes on 2 cores)"
 	@echo "  report          the report page of every paper item (outputs/report/index.html)"
+	@echo "  cards           check every protocol card against its sweep, write docs/cards/"
 	@echo "  bench-losses    speed and stability of every loss, against the published codes if installed"
 	@echo "  install-peers   add the published codes (pytopk, difftopk) for bench-losses and the parity tests"
 	@echo "  bench           the S20 sweeps' wall time against a bare PyTorch loop"
@@ -156,6 +157,12 @@ figures: $(addprefix figure-,$(FIGURE_IDS))
 # smoke ones): outputs/report/index.html, which opens from disk. `make smoke` builds it too.
 report: install
 	$(PY) scripts/make_report.py
+
+# The protocol cards' documentation pages (docs/cards/) from topk/cards/*.yaml, after checking every
+# card against the composed jobs of its experiment's sweep.
+cards: install
+	$(PY) scripts/make_cards.py --check
+	$(PY) scripts/make_cards.py
 
 # The report page, then the README's S20 figures (docs/figures/) copied from it: refused unless it
 # shows s20_exp1-3 from complete full-scale protocol sweeps (`make sweeps` first).

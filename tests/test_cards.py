@@ -127,3 +127,14 @@ def test_every_quote_is_in_the_paper_it_cites():
                 wrong.append(f"{experiment} {entry.key}: not in {paper}: {piece!r}")
                 break
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_documentation_pages_are_those_of_the_cards():
+    from topk.cards.render import documentation_pages
+
+    folder = ROOT / "docs" / "cards"
+    pages = documentation_pages()
+    stale = [name for name, text in pages.items()
+             if not (folder / name).is_file() or (folder / name).read_text() != text]
+    extra = sorted(p.name for p in folder.glob("*.md") if p.name not in pages)
+    assert not stale and not extra, f"run `make cards`: out of date {stale}, left over {extra}"

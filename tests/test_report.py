@@ -333,3 +333,18 @@ def test_readme_figures_come_only_from_complete_full_scale_sweeps(tmp_path, caps
     error = capsys.readouterr().err
     assert "s20_exp2 (none), s20_exp3 (none) lack one; run `make sweeps` first." in error
     assert not figures.exists()
+
+
+def test_each_item_shows_its_protocol_card_with_the_inferred_and_chosen_rows_marked(tmp_path):
+    from topk.cards import experiments_with_cards, load
+
+    path, _ = build_page(tmp_path / "outputs")
+    text = path.read_text()
+    for experiment in experiments_with_cards():
+        card = load(experiment)
+        section = text[text.index(f'<h2 id="{experiment}">'):]
+        marked = sum(entry.source in ("inferred", "choice") for entry in card.entries)
+        assert (f"Protocol card: {len(card.entries)} values, {marked} of them inferred or our choice"
+                in section.split("<h2")[1])
+    assert text.count('<tr class="marked">') == sum(
+        entry.source in ("inferred", "choice") for e in experiments_with_cards() for entry in load(e).entries)

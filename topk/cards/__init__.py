@@ -50,6 +50,7 @@ SOURCES = {
     "choice": "our choice",
 }
 NEEDS = {"cited": ("ref", "quote"), "code": ("ref",), "inferred": ("why",), "choice": ("why",)}
+SECTIONS = ("dataset", "model", "loss", "k", "n_samples", "augment", "optim", "schedule", "trainer")
 NOT_PROTOCOL = {"experiment", "protocol_card", "dataset.download"}  # download: how data arrives, not what it is
 
 
@@ -77,9 +78,12 @@ class Entry:
     def shown_value(self) -> str:
         from topk.report.protocol import normalise, shown
 
+        def text(value) -> str:
+            return str(value).lower() if isinstance(value, bool) else shown(normalise(value))
+
         if self.swept is not None:
-            return "swept: " + ", ".join(shown(normalise(v)) for v in self.swept)
-        return shown(normalise(self.value))
+            return "swept: " + ", ".join(map(text, self.swept))
+        return text(self.value)
 
     @property
     def shown_when(self) -> str:
@@ -190,8 +194,17 @@ def load(experiment: str) -> Card:
     if data.get("experiment") != experiment:
         raise CardError(f"{path} names experiment {data.get('experiment')!r}, not {experiment!r}")
     entries = [e for key, raw in _merged_keys(path, data).items() for e in _entries(path, key, raw)]
+    entries.sort(key=lambda entry: section_rank(entry.key))
     facts = [e for key, raw in (data.get("facts") or {}).items() for e in _entries(path, key, raw)]
     return Card(experiment, str(data.get("reproduces") or ""), tuple(entries), tuple(facts))
+
+
+def section_rank(key: str) -> int:
+    """Where a key's rows stand on a card: data, model, loss, augmentation, optimiser, schedule,
+    trainer, then the rest (seed, image_size)."""
+    head = key.split(".")[0]
+    within = 0 if key == head else 1 if key.endswith("._target_") else 2
+    return (SECTIONS.index(head) if head in SECTIONS else len(SECTIONS)) * 3 + within
 
 
 def result_keys(params: Mapping) -> list[str]:

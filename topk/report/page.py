@@ -26,6 +26,8 @@ from pathlib import Path
 import pandas as pd
 
 import topk
+from topk.cards import card_path, load
+from topk.cards.render import card_html
 from topk.report.figures import FIGURES, build_figure, write_figure
 from topk.report.protocol import PROTOCOL_FREE_KEYS
 from topk.report.render import Table
@@ -310,6 +312,8 @@ def item_html(item: Item, page_dir: Path) -> str:
             f'<span class="status {item.status}">{STATUS[item.status]}</span></h2>')
     body = [f"<p>Produced by {item.command()}. Data: {html.escape(data)}. Compute: "
             f"{html.escape(compute)} on the 2-core CPU of <code>make bench-epochs</code>.</p>"]
+    if card_path(item.id).is_file():
+        body.append(card_html(load(item.id)))
     if item.status == "none":
         return head + "".join(body)
     body.append(f"<p><em>{inline(STATUS_MEANING[item.status])}.</em></p>")

@@ -32,6 +32,7 @@ img {{ display: block; max-width: 100%; width: {image_width}px; margin: .6em 0 1
 .smoke {{ background: #e3e9f7; color: #23407a; }}
 .none {{ background: #eee; color: #555; }}
 .error {{ color: #a00; }}
+tr.marked td {{ background: #fff6dd; }}
 details {{ margin: .5em 0 1em; }}
 summary {{ cursor: pointer; color: #345; }}
 </style>
