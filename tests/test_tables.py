@@ -359,6 +359,8 @@ def test_b18_speed_ratios_and_stability_flags(tmp_path):
     stability = table.sections[1][1]
     assert stability.loc[("summation", "float32"), "τ = 0.1"] == "✓ / ✗ (differs)"
     assert stability.loc[("summation", "float64"), "τ = 10"] == "– / ✓"
+    # B18 Table 5's "DC log (D)" row: stable at every τ, beside ours where measured
+    assert list(stability.loc[("divide_conquer_log", "float64")]) == ["– / ✓"] * 6
     assert files["tex"].read_text().count("\\begin{tabular}") == 2
 
 
