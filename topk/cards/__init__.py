@@ -4,8 +4,8 @@ A card is ``topk/cards/<experiment>.yaml``. It lists, under ``keys``, every key 
 composed config of the experiment's jobs that changes what a run learns or reports, with its value
 and its source; ``facts`` adds protocol facts that live in code rather than in a config key (the
 normalisation constants, how a split is drawn). A card may start from shared fragments
-(``uses: [cifar100_g22]`` reads ``topk/cards/common/cifar100_g22.yaml``); its own entries replace a
-fragment's entry of the same key whole.
+(``uses: [cifar100_g22]`` reads ``topk/cards/common/cifar100_g22.yaml``, its ``keys`` and its
+``facts``); its own entries replace a fragment's entry of the same key whole.
 
 An entry is a mapping, or a list of mappings when the value depends on the job::
 
@@ -169,8 +169,9 @@ def _entries(path: Path, key: str, raw) -> list[Entry]:
     return entries
 
 
-def _merged_keys(path: Path, data: dict) -> dict:
-    """The card's ``keys`` over those of its fragments, in order (a later one replaces a key)."""
+def _merged_keys(path: Path, data: dict, part: str = "keys") -> dict:
+    """The card's ``keys`` (or ``facts``) over those of its fragments, in order (a later one
+    replaces a key)."""
     keys: dict = {}
     for fragment in data.get("uses") or []:
         fragment_path = CARDS / "common" / f"{fragment}.yaml"
@@ -178,8 +179,8 @@ def _merged_keys(path: Path, data: dict) -> dict:
             known = sorted(p.stem for p in (CARDS / "common").glob("*.yaml"))
             raise CardError(f"{path} uses the fragment {fragment!r}, which does not exist; "
                             f"fragments: {', '.join(known)}")
-        keys.update(_read(fragment_path).get("keys") or {})
-    keys.update(data.get("keys") or {})
+        keys.update(_read(fragment_path).get(part) or {})
+    keys.update(data.get(part) or {})
     return keys
 
 
@@ -195,7 +196,8 @@ def load(experiment: str) -> Card:
         raise CardError(f"{path} names experiment {data.get('experiment')!r}, not {experiment!r}")
     entries = [e for key, raw in _merged_keys(path, data).items() for e in _entries(path, key, raw)]
     entries.sort(key=lambda entry: section_rank(entry.key))
-    facts = [e for key, raw in (data.get("facts") or {}).items() for e in _entries(path, key, raw)]
+    facts = [e for key, raw in _merged_keys(path, data, "facts").items()
+             for e in _entries(path, key, raw)]
     return Card(experiment, str(data.get("reproduces") or ""), tuple(entries), tuple(facts))
 
 
