@@ -1,7 +1,8 @@
 """P22's top-k cross-entropy over differentiable sorters (topk/losses/diffsort.py) and the sorters
 (topk/functional/sorting.py) against float64 brute force written from the papers' definitions:
 each network run comparator by comparator in the order Batcher's recursive bitonic sort and the
-odd-even transposition sort apply them, carrying the full relaxed permutation matrix forwards
+odd-even transposition sort apply them (the splitter selection network in its layers' order, its
+wiring checked on every 0-1 input: the zero-one principle), carrying the full relaxed permutation matrix forwards
 (not the top-k rows backwards, as the library does); NeuralSort and SoftSort as explicit n×n
 matrices; the loss from ``Pr(y ∈ top-k) = Σ_{r≤k} P[r, y]``. Values and gradients (autograd).
 Parity with P22's own code (``difftopk``) is in tests/test_parity.py.
@@ -25,6 +26,7 @@ from topk.functional.sorting import (
     network_wiring,
     odd_even_layers,
     relaxed_topk,
+    splitter_selection_layers,
     weighted_topk,
 )
 from topk.losses import DiffSortTopKCrossEntropyLoss
@@ -84,6 +86,11 @@ def bitonic_comparators(n):
     return [(i - dropped, j - dropped, up) for i, j, up in sort(0, width, True) if i >= dropped and j >= dropped]
 
 
+def splitter_selection_comparators(n, k):
+    """The library's splitter selection network for the top k, comparator by comparator."""
+    return [(lo, hi, True) for los, his in splitter_selection_layers(n, k) for lo, hi in zip(los, his)]
+
+
 def network_matrix(scores, comparators, distribution):
     """[B, n, n]: row r is the relaxed distribution of the class at rank r + 1 (rank 1 = the last wire)."""
     batch, n = scores.shape
@@ -114,13 +121,15 @@ def softsort_matrix(scores):
     return torch.softmax(-BETA * (ranked[:, :, None] - scores[:, None, :]).abs(), dim=2)
 
 
-def brute_force_matrix(scores, sorter, distribution="cauchy"):
+def brute_force_matrix(scores, sorter, distribution="cauchy", k=None):
+    """Every rank's row (the selection network: its top ``k`` rows are the ones that mean anything)."""
     n = scores.shape[1]
     if sorter == "neuralsort":
         return neuralsort_matrix(scores)
     if sorter == "softsort":
         return softsort_matrix(scores)
-    comparators = odd_even_comparators(n) if sorter == "odd_even" else bitonic_comparators(n)
+    comparators = {"odd_even": odd_even_comparators, "bitonic": bitonic_comparators}.get(
+        sorter, lambda n: splitter_selection_comparators(n, k))(n)
     return network_matrix(scores, comparators, distribution)
 
 
@@ -146,7 +155,8 @@ def brute_force_loss(scores, labels, matrix, p_k, mode):
 
 # --- the sorters --------------------------------------------------------------------------------
 
-MATRIX_CASES = ([(sorter, n, d) for sorter in NETWORKS for n in range(2, 9) for d in DISTRIBUTIONS]
+SORTING_NETWORKS = ("odd_even", "bitonic")  # every rank right: the full matrix is compared
+MATRIX_CASES = ([(sorter, n, d) for sorter in SORTING_NETWORKS for n in range(2, 9) for d in DISTRIBUTIONS]
                 + [("bitonic", n, d) for n in (11, 13) for d in DISTRIBUTIONS]
                 + [(sorter, n, "cauchy") for sorter in ("neuralsort", "softsort") for n in range(2, 9)])
 
@@ -167,6 +177,39 @@ def test_relaxed_topk_matrix_matches_brute_force(sorter, n, distribution):
     close(mass[0], sum(w * expected[0][:, r] for r, w in enumerate(weights)))
 
 
+@pytest.mark.parametrize("n", [*range(2, 9), 11, 13, 16, 100])
+def test_splitter_selection_top_k_matches_brute_force(n):
+    """Its top-k rows for k = 1, 3 and 5 (each k its own network), every distribution: values,
+    gradients through a random probe, and the weighted rows of :func:`weighted_topk`."""
+    scores, _ = random_scores(2, n, seed=n)
+    for k in sorted({1, min(3, n), min(5, n)}):
+        probe = torch.randn(2, k, n, generator=torch.Generator().manual_seed(k), dtype=torch.float64)
+        weights = [0.5, 0.25, 0.125, 0.0625, 0.03125][:k]
+        for distribution in DISTRIBUTIONS if n < 100 else ["logistic_phi"]:
+            def ours(s, k=k, distribution=distribution):
+                return relaxed_topk(s, k, "splitter_selection", BETA, distribution, LAMBDA)
+
+            def reference(s, k=k, distribution=distribution):
+                return brute_force_matrix(s, "splitter_selection", distribution, k)[:, :k]
+
+            close(value_and_grad(lambda s, f=ours, probe=probe: (f(s) * probe).sum(), scores),
+                  value_and_grad(lambda s, f=reference, probe=probe: (f(s) * probe).sum(), scores))
+            mass = weighted_topk(scores, weights, "splitter_selection", BETA, distribution, LAMBDA)
+            close(mass, sum(w * reference(scores)[:, r] for r, w in enumerate(weights)))
+
+
+@pytest.mark.parametrize("n", range(2, 13))
+def test_splitter_selection_selects_the_top_k_of_every_0_1_input(n):
+    """The zero-one principle (a comparator network puts the r-th largest of every input on a
+    wire if it does so for every input of 0s and 1s): each of the 2^n inputs through the
+    infinitely steep network (logistic, β = 10^4, α exactly 0 or 1; tied wires mix equal values),
+    for every k: its top k values come out in descending order."""
+    inputs = torch.tensor([[(i >> bit) & 1 for bit in range(n)] for i in range(2 ** n)], dtype=torch.float64)
+    for k in range(1, n + 1):
+        matrix = relaxed_topk(inputs, k, "splitter_selection", 1e4, "logistic")
+        close(matrix @ inputs[:, :, None], inputs.sort(dim=1, descending=True).values[:, :k, None], 0.0)
+
+
 @pytest.mark.parametrize("sorter", SORTERS)
 @pytest.mark.parametrize("n", [3, 5, 6, 7, 8, 11, 13])
 def test_steep_sorters_select_the_exact_top_k(sorter, n):
@@ -177,9 +220,15 @@ def test_steep_sorters_select_the_exact_top_k(sorter, n):
 
 
 def test_networks_are_built_once_per_size_and_device():
-    assert network_wiring("bitonic", 12, torch.device("cpu")) is network_wiring("bitonic", 12, "cpu")
+    """A sorting network once per size whatever k; the selection network once per (size, k)."""
+    assert network_wiring("bitonic", 12, 5, torch.device("cpu")) is network_wiring("bitonic", 12, 3, "cpu")
+    selection = network_wiring("splitter_selection", 12, 5, "cpu")
+    assert selection is network_wiring("splitter_selection", 12, 5, torch.device("cpu"))
+    assert selection is not network_wiring("splitter_selection", 12, 3, "cpu")
     assert len(odd_even_layers(9)) == 9 and len(bitonic_layers(16)) == 10 and len(bitonic_layers(1000)) == 55
-    for layers in (odd_even_layers(9), bitonic_layers(13)):
+    comparators = [sum(len(lo) for lo, _ in splitter_selection_layers(n, 5)) for n in (16, 100, 1000)]
+    assert comparators == [50, 385, 5085]  # bitonic: 80, 1,334 and 27,268
+    for layers in (odd_even_layers(9), bitonic_layers(13), splitter_selection_layers(100, 5)):
         for lo, hi in layers:  # each layer's pairs touch distinct wires
             assert len(set(lo) | set(hi)) == 2 * len(lo)
 
@@ -208,9 +257,9 @@ def test_loss_matches_brute_force(case):
     sorter, distribution, n = LOSS_CASES[case]
     scores, labels = random_scores(4, n, seed=10 + case)
     scores.requires_grad_(True)
-    matrix = brute_force_matrix(scores, sorter, distribution)
     for mode, p_k in MODES_AND_P_KS[case % 3::3]:
         if len(p_k) < n:
+            matrix = brute_force_matrix(scores, sorter, distribution, k=len(p_k))
             expected = brute_force_loss(scores, labels, matrix, p_k, mode)
             (expected_grad,) = torch.autograd.grad(expected, scores, retain_graph=True)
             loss = DiffSortTopKCrossEntropyLoss(p_k, sorter, BETA, distribution, LAMBDA, mode)
@@ -294,7 +343,7 @@ def test_every_sorter_mode_and_truncation_compiles_whole():
     and top-m truncation, under ``torch.compile(fullgraph=True)``: no value is read on the host."""
     scores, labels = random_scores(6, 9, seed=11)
     losses = [DiffSortTopKCrossEntropyLoss(P22_GRID[3], sorter, BETA, "logistic_phi", LAMBDA, mode, m)
-              for sorter, mode, m in zip(SORTERS, ["smce", "sort", "sm", "smce"], [None, 6, 6, None])]
+              for sorter, mode, m in zip(SORTERS, ["smce", "sort", "sm", "smce", "sm"], [None, 6, 6, None, 7])]
 
     def total(s, y):
         return sum(loss(s, y) for loss in losses)
@@ -306,7 +355,8 @@ def test_every_sorter_mode_and_truncation_compiles_whole():
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ({"sorter": "quicksort"}, "^sorter must be one of neuralsort, softsort, odd_even, bitonic, got 'quicksort'$"),
+    ({"sorter": "quicksort"}, "^sorter must be one of neuralsort, softsort, odd_even, bitonic, splitter_selection, "
+     "got 'quicksort'$"),
     ({"distribution": "gaussian"}, "^distribution must be one of logistic, logistic_phi, cauchy"),
     ({"top1_mode": "ce"}, "^top1_mode must be one of sm, smce, sort, got 'ce'$"),
     ({"p_k": [0.5, 0.6]}, "^p_k must hold non-negative probabilities summing to 1"),

@@ -107,15 +107,17 @@ def test_at_k_1_difftopk_gradient_is_off_and_ours_is_the_definitions():
 # and its NeuralSort builds torch.FloatTensor constants (float64 scores raise a dtype error there).
 # The fixture below makes it compute in float64: the default dtype float64, the networks converted,
 # NeuralSort given a float64 FloatTensor. P22's experiments use difftopk's sparse bitonic network
-# ("bitonic"), which needs torch-sparse's spmm: the fixture supplies the same product on a dense
-# matrix. "bitonic__non_sparse" is the same network, dense.
+# ("bitonic") and its splitter selection network ("splitter_selection", sparse only), which need
+# torch-sparse's spmm: the fixture supplies the same product on a dense matrix.
+# "bitonic__non_sparse" is the same bitonic network, dense.
 
 P22_GRID = [[1, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0.5, 0, 0, 0, 0.5], [0.25, 0, 0, 0, 0.75],
             [0.1, 0, 0, 0, 0.9], [0.2, 0.2, 0.2, 0.2, 0.2]]
 BETA = 0.7
 # difftopk's method -> our sorter
 DIFFTOPK_SORTERS = {"bitonic": "bitonic", "bitonic__non_sparse": "bitonic", "odd_even": "odd_even",
-                    "neuralsort": "neuralsort", "softsort": "softsort"}
+                    "splitter_selection": "splitter_selection", "neuralsort": "neuralsort", "softsort": "softsort"}
+SPARSE = ("bitonic", "splitter_selection")  # difftopk's sparse networks
 # difftopk's sparse network warns about torch's sparse tensors and a deprecated transpose.
 quiet_difftopk = pytest.mark.filterwarnings("ignore::UserWarning:difftopk")
 
@@ -161,7 +163,7 @@ def difftopk_matrix(method, scores, k, distribution):
         matrix = difftopk.SoftSort(tau=1 / BETA)(-scores).transpose(-2, -1)[:, :, -k:]
     else:
         sorter = DIFFTOPK_SORTERS[method]
-        network = difftopk.DiffTopkNet(sorter, scores.shape[1], k, sparse=method == "bitonic", steepness=BETA,
+        network = difftopk.DiffTopkNet(sorter, scores.shape[1], k, sparse=method in SPARSE, steepness=BETA,
                                        art_lambda=0.5, distribution=distribution)
         matrix = in_float64(network)(scores)[1]
     return matrix.flip(-1).transpose(1, 2)

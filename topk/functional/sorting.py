@@ -13,8 +13,8 @@ costs ``k`` times less for the sorting networks.
   ``P[r, :] = softmax(((n + 1 - 2r) s - A_s 1) / τ)`` with ``A_s[i, j] = |s_i - s_j|``.
 - ``softsort``: SoftSort (Prillo and Eisenschlos, ICML 2020), with the distance ``|·|``:
   ``P[r, :] = softmax(-|sort(s)_r - s| / τ)``, ``sort`` descending.
-- ``odd_even`` and ``bitonic``: differentiable sorting networks (Petersen, Borgelt, Kuehne,
-  Deussen, ICML 2021 and ICLR 2022). Each comparator on a pair of wires ``(lo, hi)`` (``lo``
+- ``odd_even``, ``bitonic`` and ``splitter_selection``: differentiable sorting (and selection)
+  networks (Petersen, Borgelt, Kuehne, Deussen, ICML 2021 and ICLR 2022; P22). Each comparator on a pair of wires ``(lo, hi)`` (``lo``
   receives the smaller value, ``hi`` the larger) swaps its inputs with probability ``1 - α``,
   ``α = F(β (x_hi - x_lo))`` the probability that they are already in order:
   ``x_lo ← α x_lo + (1 - α) x_hi``, ``x_hi ← (1 - α) x_lo + α x_hi``. ``F`` is the
@@ -30,6 +30,12 @@ The networks' wires and comparators are those of P22's code (``difftopk`` 0.2.0 
 0.2.0), so that the values match it: ``odd_even`` is the odd-even transposition network of ``n``
 layers; ``bitonic`` is Batcher's bitonic network on ``2^⌈log2 n⌉`` wires of which the first
 ``2^⌈log2 n⌉ - n`` are dropped, every comparator touching a dropped wire being left out.
+``splitter_selection`` is P22's *splitter selection network* (difftopk's
+``sparse_splitter_selection_network``, Borgelt's construction after Parberry's pairwise sorting
+network): a top-k *selection* network, whose ``k`` output wires of the largest ranks hold the
+``k`` largest inputs in order (the other wires are left unsorted), built from splitter cascades
+(:func:`splitter_selection_layers`); with ``k ≪ n`` it has far fewer comparators than a sorting
+network, and it differs per ``k``.
 Everything here runs on any device, reads no value on the host and compiles whole
 (``torch.compile(fullgraph=True)``).
 """
@@ -45,8 +51,8 @@ import torch
 
 from topk.functional.arguments import non_negative, positive
 
-SORTERS = ("neuralsort", "softsort", "odd_even", "bitonic")
-NETWORKS = ("odd_even", "bitonic")
+SORTERS = ("neuralsort", "softsort", "odd_even", "bitonic", "splitter_selection")
+NETWORKS = ("odd_even", "bitonic", "splitter_selection")
 DISTRIBUTIONS = ("logistic", "logistic_phi", "cauchy")
 # Added to |x_hi - x_lo| before the power of the ART (P22's code): a tie gives α = 1/2.
 ART_EPSILON = 1e-10
@@ -103,18 +109,81 @@ def bitonic_layers(n: int) -> Layers:
     return tuple(layers)
 
 
+def splitter_cascade(lanes: Sequence[int]) -> list[list[tuple[int, int]]]:
+    """The splitter cascade on ``lanes`` (``c`` of them) as layers of ``(winner, loser)`` lane
+    pairs, the larger value going to the winner: ``⌈log2 c⌉`` layers, layer ``i`` comparing
+    position ``j`` with ``j + d``, ``d = 2^(⌈log2 c⌉ - 1 - i)``, for ``j`` in the first half of
+    each block of ``2d`` positions. Afterwards the value at position ``p`` is beaten by at least
+    ``2^popcount(p) - 1`` others of the set (position 0 holds the largest)."""
+    depth = (len(lanes) - 1).bit_length()
+    layers = []
+    for level in range(depth):
+        d = 1 << (depth - 1 - level)
+        layers.append([(lanes[j], lanes[j + d]) for start in range(0, len(lanes), 2 * d)
+                       for j in range(start, min(start + d, len(lanes) - d))])
+    return layers
+
+
+def splitter_selection_layers(n: int, k: int) -> Layers:
+    """P22's splitter selection network for the top ``k`` of ``n`` wires (difftopk's
+    ``sparse_splitter_selection_network``; C. Borgelt's splitter selection networks): every lane
+    starts with a known lower bound 0 on its rank (0 = the largest). Round after round, for each
+    rank ``r = k - 1, …, 0`` not yet settled, the lanes whose bound is ``r`` (two or more) get a
+    splitter cascade (:func:`splitter_cascade`), placed at the first layer all of them are free,
+    and each raises its bound by what its position there proves; a lane whose bound reaches ``k``
+    is out of the top ``k`` and left alone. Rounds stop when none adds a cascade: lanes
+    ``0 … k - 1`` then hold the ``k`` largest, in order. Lane ``l`` is wire ``n - 1 - l`` (the
+    last wire the largest); each layer is ``(lo wires, hi wires)``."""
+    beaten_by = [(1 << bin(position).count("1")) - 1 for position in range(n)]
+    bound, free, layers = [0] * n, [0] * n, []
+    settled, added = -1, True
+    while added:
+        added = False
+        for rank in range(k - 1, settled, -1):
+            lanes = [lane for lane in range(n) if bound[lane] == rank]
+            if len(lanes) < 2:
+                continue
+            cascade, start = splitter_cascade(lanes), max(free[lane] for lane in lanes)
+            layers.extend([] for _ in range(start + len(cascade) - len(layers)))
+            for offset, pairs in enumerate(cascade):
+                layers[start + offset].extend(pairs)
+            for position, lane in enumerate(lanes):
+                bound[lane] += beaten_by[position]
+                free[lane] = start + len(cascade)
+            added = True
+        settled += 1
+    return tuple((tuple(n - 1 - loser for _, loser in pairs), tuple(n - 1 - winner for winner, _ in pairs))
+                 for pairs in layers if pairs)
+
+
+def network_layers(sorter: str, n: int, ranks: int) -> Layers:
+    """The layers of network ``sorter`` on ``n`` wires that gets the top ``ranks`` right (the
+    sorting networks get all ``n``; only the selection network depends on ``ranks``)."""
+    if sorter == "odd_even":
+        return odd_even_layers(n)
+    if sorter == "bitonic":
+        return bitonic_layers(n)
+    return splitter_selection_layers(n, ranks)
+
+
+def wired_ranks(sorter: str, n: int, k: int) -> int:
+    """The ``ranks`` of :func:`network_layers` for the top ``k``: ``k`` for the selection
+    network, ``n`` for a sorting network (one wiring whatever ``k``)."""
+    return k if sorter == "splitter_selection" else n
+
+
 @torch.compiler.assume_constant_result  # called, not traced, by torch.compile
-def layer_permutations(sorter: str, n: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
-    """Each layer of ``sorter``'s network on ``n`` wires as ``(order, inverse, pairs)``: ``order``
-    lists the layer's ``pairs`` lo wires, then their hi wires, then the untouched wires;
-    ``inverse`` puts them back in wire order. Built once per ``(sorter, n)``."""
-    return _layer_permutations(sorter, n)
+def layer_permutations(sorter: str, n: int, ranks: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
+    """Each layer of :func:`network_layers` as ``(order, inverse, pairs)``: ``order`` lists the
+    layer's ``pairs`` lo wires, then their hi wires, then the untouched wires; ``inverse`` puts
+    them back in wire order. Built once per ``(sorter, n, ranks)``."""
+    return _layer_permutations(sorter, n, ranks)
 
 
 @functools.cache
-def _layer_permutations(sorter: str, n: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
+def _layer_permutations(sorter: str, n: int, ranks: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
     permutations = []
-    for lo, hi in odd_even_layers(n) if sorter == "odd_even" else bitonic_layers(n):
+    for lo, hi in network_layers(sorter, n, ranks):
         order = (*lo, *hi, *sorted(set(range(n)) - set(lo) - set(hi)))
         inverse = tuple(sorted(range(n), key=order.__getitem__))
         permutations.append((order, inverse, len(lo)))
@@ -129,24 +198,26 @@ class Wiring(NamedTuple):
     pairs: int
 
 
-_WIRINGS: dict[tuple[str, int, torch.device], tuple[Wiring, ...]] = {}
+_WIRINGS: dict[tuple[str, int, int, torch.device], tuple[Wiring, ...]] = {}
 
 
-def network_wiring(sorter: str, n: int, device: torch.device) -> tuple[Wiring, ...]:
-    """The layers of ``sorter``'s network on ``n`` wires as :class:`Wiring` on ``device``: built
-    once per ``(sorter, n, device)`` in eager mode, constants of the graph under ``torch.compile``."""
+def network_wiring(sorter: str, n: int, k: int, device: torch.device) -> tuple[Wiring, ...]:
+    """The layers of ``sorter``'s network on ``n`` wires for the top ``k`` as :class:`Wiring` on
+    ``device``: built once per ``(sorter, n, device)`` (and ``k`` for the selection network) in
+    eager mode, constants of the graph under ``torch.compile``."""
+    ranks = wired_ranks(sorter, n, k)
     if torch.compiler.is_compiling():
-        return _wiring(sorter, n, device)
-    key = (sorter, n, torch.device(device))
+        return _wiring(sorter, n, ranks, device)
+    key = (sorter, n, ranks, torch.device(device))
     if key not in _WIRINGS:
-        _WIRINGS[key] = _wiring(sorter, n, device)
+        _WIRINGS[key] = _wiring(sorter, n, ranks, device)
     return _WIRINGS[key]
 
 
-def _wiring(sorter: str, n: int, device: torch.device) -> tuple[Wiring, ...]:
+def _wiring(sorter: str, n: int, ranks: int, device: torch.device) -> tuple[Wiring, ...]:
     return tuple(Wiring(torch.tensor(order, dtype=torch.long, device=device),
                         torch.tensor(inverse, dtype=torch.long, device=device), pairs)
-                 for order, inverse, pairs in layer_permutations(sorter, n))
+                 for order, inverse, pairs in layer_permutations(sorter, n, ranks))
 
 
 # --- the networks' relaxation -----------------------------------------------------------------
@@ -196,7 +267,7 @@ def network_topk(scores: torch.Tensor, rank_weights: torch.Tensor, sorter: str, 
     """
     batch, n = scores.shape
     k, width = rank_weights.shape
-    wirings = network_wiring(sorter, n, scores.device)
+    wirings = network_wiring(sorter, n, k, scores.device)
     values, alphas = scores, []
     for wiring in wirings:
         lower, upper, untouched = pair_up(values, wiring)

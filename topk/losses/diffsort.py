@@ -101,10 +101,11 @@ class DiffSortTopKCrossEntropyLoss(Loss):
         must be below the class count. P22's grid: ``[1,0,0,0,0]``, ``[0,0,0,0,1]``,
         ``[.5,0,0,0,.5]``, ``[.25,0,0,0,.75]``, ``[.1,0,0,0,.9]``, ``[.2,.2,.2,.2,.2]``.
     sorter : str
-        ``neuralsort``, ``softsort``, ``odd_even`` or ``bitonic`` (:mod:`topk.functional.sorting`).
+        ``neuralsort``, ``softsort``, ``odd_even``, ``bitonic`` or ``splitter_selection``
+        (:mod:`topk.functional.sorting`).
     steepness : float
         Inverse temperature ``β > 0`` of the sorter (P22: NeuralSort and SoftSort 0.0625 on
-        CIFAR-100, 0.5 on ImageNet; bitonic 0.5 and 1).
+        CIFAR-100, 0.5 on ImageNet; bitonic and splitter_selection 0.5 and 1).
     distribution : str
         The sorting networks' swap distribution: ``logistic``, ``logistic_phi`` (ART, P22's
         choice) or ``cauchy`` (ignored by NeuralSort and SoftSort).

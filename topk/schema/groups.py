@@ -159,7 +159,7 @@ class FocalSchema(LossSchema):
 @dataclass
 class DiffSortTopKCESchema(LossSchema):
     p_k: list[float] = number_list(0, "p_K(k) for k = 1..K, summing to 1")
-    sorter: str = choice("neuralsort", "softsort", "odd_even", "bitonic")
+    sorter: str = choice("neuralsort", "softsort", "odd_even", "bitonic", "splitter_selection")
     steepness: float = number(above=0)
     distribution: str = choice("logistic", "logistic_phi", "cauchy")
     art_lambda: float = number(above=0)
