@@ -385,6 +385,7 @@ def record_result(record: dict, result, splits, distributed) -> None:
         test=result.metrics.get("test", {}),
         epoch_seconds=result.epoch_seconds,
         test_per_class={f"top{k}": v for k, v in result.per_class.get("test", {}).items()},
+        test_class_samples=result.class_samples.get("test", []),
         class_counts=splits.class_counts,
         samples=result.samples,
         processes=distributed.world_size,

@@ -98,6 +98,7 @@ class FitResult:
     metrics: dict[str, dict[str, float]]  # split -> metric -> value, for the selected model
     per_class: dict[str, dict[int, list]]  # split -> k -> per-class accuracy
     samples: dict[str, int]  # split -> number of samples evaluated (over all processes)
+    class_samples: dict[str, list[int]]  # split -> samples of each class evaluated (all processes)
     epoch_seconds: float | None
     history: list[dict]
 
@@ -816,6 +817,7 @@ def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate
         metrics=metrics,
         per_class={split: counts.per_class() for split, (_, counts) in evaluations.items()},
         samples={split: int(counts.totals.sum()) for split, (_, counts) in evaluations.items()},
+        class_samples={split: counts.totals.tolist() for split, (_, counts) in evaluations.items()},
         epoch_seconds=statistics.median(seconds) if seconds else None,
         history=state.history,
     )

@@ -37,7 +37,14 @@ from topk.report.runs import (
     read_sweep,
 )
 from topk.report.tuning import TUNED_TABLES, tuned_table
-from topk.report.verdicts import CELL_RULE, cell_verdict, half_width
+from topk.report.verdicts import (
+    CELL_RULE,
+    TOO_FEW,
+    binomial_se,
+    cell_verdict,
+    half_width,
+    macro_se,
+)
 
 FIELDS = ("ours", "paper", "ours − paper", "verdict")
 OURS_LEGEND = (
@@ -47,6 +54,9 @@ OURS_LEGEND = (
 CELL_LEGEND = (OURS_LEGEND + ", and [low, high] its 95 % t-interval; paper = the published mean "
                "(± its std); ours − paper in {unit}. " + CELL_RULE)
 Source = str | Callable[[pd.DataFrame], pd.Series]
+# the paper's number and the runs of a cell -> the number's standard error from the sample it was
+# counted on (percentage points), and why there is none (verdicts.CELL_RULE's s)
+SamplingError = Callable[[float, pd.DataFrame], tuple[float, str]]
 
 
 def run_k(runs: pd.DataFrame) -> pd.Series:
@@ -62,6 +72,50 @@ def at_k(prefix: str) -> Callable[[pd.DataFrame], pd.Series]:
         return objects((runs.at[i, name] if name in runs.columns else None
                         for i, name in zip(runs.index, names)), runs.index)
     return values
+
+
+def binomial(split: str) -> SamplingError:
+    """The binomial standard error of the paper's accuracy p on the N samples of ``split`` that
+    the cell's runs evaluated (their records' ``samples.<split>``; the smallest if they differ).
+    The paper's p, not ours: it stands for the spread the paper did not report, and is fixed
+    before our runs, so a run far from it cannot narrow its own tolerance."""
+    def error(paper: float, runs: pd.DataFrame) -> tuple[float, str]:
+        sizes = [size for size in map(number, column(runs, f"samples.{split}")) if size]
+        if not sizes:
+            return math.nan, (f"no run recorded how many {split} samples it evaluated (records "
+                              "older than `samples`)")
+        return binomial_se(paper, min(sizes)), ""
+    return error
+
+
+def macro_error(paper: float, runs: pd.DataFrame) -> tuple[float, str]:
+    """A test macro-average top-K's standard error (:func:`topk.report.verdicts.macro_se`) from
+    each run's class accuracies and class sizes (``test_per_class.top<K>``,
+    ``test_class_samples``), the root mean square over the cell's runs. Ours, not the paper's:
+    it publishes no class accuracies, and if ours reproduce them ours estimate them."""
+    sizes, errors = column(runs, "test_class_samples"), []
+    for i, k in run_k(runs).items():
+        per_class = None if k is None else column(runs, f"test_per_class.top{int(k)}")[i]
+        if isinstance(per_class, list) and isinstance(sizes[i], list):
+            errors.append(macro_se(per_class, sizes[i]))
+    errors = [e for e in errors if not math.isnan(e)]
+    if not errors:
+        return math.nan, ("no run recorded its test split's class sizes (`test_class_samples`, "
+                          "records older than it), which a macro average's standard error needs")
+    return math.sqrt(float(np.mean(np.square(errors)))), ""
+
+
+def no_error(reason: str) -> SamplingError:
+    """A metric with no sampling error: one run of it is not judged, for ``reason``."""
+    return lambda paper, runs: (math.nan, reason)
+
+
+TRAIN_ACCURACY = no_error(
+    "a training accuracy is counted over an epoch of changing weights and augmented images, not "
+    "by one model on a fixed sample, so no binomial error describes it")
+TIME_RATIO = no_error("a ratio of epoch times is no accuracy, and the paper gives one time per "
+                      "loss, without a spread")
+UNKNOWN_ERROR = no_error("no standard error is known for this metric")
 
 
 def b18_tau(runs: pd.DataFrame) -> pd.Series:
@@ -199,6 +253,8 @@ class TableSpec:
     rank_rows_by: str | None = None  # a metric: rows in order of its mean, best first
     fields: tuple[str, ...] = FIELDS  # ("ours",): a table of ours alone, no published column
     unit: str = "percentage points"
+    # metric -> its published number's standard error where the paper reports no std
+    sampling: Mapping[str, SamplingError] = field(default_factory=dict)
 
     @property
     def row_names(self) -> tuple[str, ...]:
@@ -233,31 +289,37 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               metrics={m: f"test.{m}" for m in TEST15}, uses=s20_uses, notes=s20_notes),
     TableSpec(id="b18_cifar_noise", paper="b18_table1_cifar100_noise", rows=NOISE, columns=LOSS,
               title="B18 Table 1: CIFAR-100 with label noise p, test accuracy (%)" + AVG_NOTE,
-              metrics={m: f"test.{m}" for m in (*TEST15, *AVG15)}),
+              metrics={m: f"test.{m}" for m in (*TEST15, *AVG15)},
+              sampling=dict.fromkeys(TEST15, binomial("test"))),
     TableSpec(id="b18_imagenet", paper="b18_table2_imagenet_subsets",
               title="B18 Table 2: ImageNet subsets, test top-5 accuracy (%)" + AVG_NOTE,
               rows={"train_images": lambda r: column(r, "params.dataset.train_size", 1230000)},
-              columns=LOSS, metrics={"top5": "test.top5", "avg5": "test.avg5"}),
+              columns=LOSS, metrics={"top5": "test.top5", "avg5": "test.avg5"},
+              sampling={"top5": binomial("test")}),
     TableSpec(id="b18_tau", paper="b18_table6_temperature", rows={"tau": b18_tau},
               title="B18 Table 6: temperature τ of the smooth top-5 SVM, top-5 accuracy (%)",
               metrics={"train_top5": train_top5_at_best, "test_top5": "test.top5"},
-              uses=lambda runs, metric: runs["loss"].isin(["smooth_svm", "hinge"])),
+              uses=lambda runs, metric: runs["loss"].isin(["smooth_svm", "hinge"]),
+              sampling={"train_top5": TRAIN_ACCURACY, "test_top5": binomial("test")}),
     TableSpec(id="g22_epsilon", paper="g22_table2_epsilon", rows={"epsilon": "params.loss.epsilon"},
               title="G22 Table 2: noise level ε of the noised top-5 hinge, val top-5 (%)",
-              metrics={"val_top5": "val.top5"}),
+              metrics={"val_top5": "val.top5"}, sampling={"val_top5": binomial("val")}),
     TableSpec(id="g22_samples", paper="g22_table3_samples",
               title="G22 Table 3: noise samples B of the noised top-5 hinge, val top-5 (%)",
-              rows={"n_samples": "params.loss.n_samples"}, metrics={"val_top5": "val.top5"}),
+              rows={"n_samples": "params.loss.n_samples"}, metrics={"val_top5": "val.top5"},
+              sampling={"val_top5": binomial("val")}),
     TableSpec(id="g22_cifar_noise", paper="g22_tables4_6_cifar100_noise", rows=NOISE, columns=LOSS,
               title="G22 Tables 4 (top-5) and 6 (top-1): CIFAR-100 with label noise, test "
               "accuracy (%)" + AVG_NOTE, split_metrics=True,
-              metrics={m: f"test.{m}" for m in (*TEST15[::-1], *AVG15[::-1])}),
+              metrics={m: f"test.{m}" for m in (*TEST15[::-1], *AVG15[::-1])},
+              sampling=dict.fromkeys(TEST15, binomial("test"))),
     TableSpec(id="g22_plantnet", paper="g22_tables5_7_plantnet", rows={"k": run_k}, columns=LOSS,
               title="G22 Tables 5 (macro-average top-K) and 7 (top-K): Pl@ntNet-300K, test "
               "accuracy (%)" + AVG_NOTE,
               metrics={f"{p}{a}K": at_k(f"{p}{a}") for a in ("top", "avg") for p in ("macro_", "")},
               paper_columns={"macro_topK": "macro_topk", "topK": "topk"}, split_metrics=True,
-              column_order=tuple((loss,) for loss in G22_PLANTNET_LOSSES)),
+              column_order=tuple((loss,) for loss in G22_PLANTNET_LOSSES),
+              sampling={"macro_topK": macro_error, "topK": binomial("test")}),
     TableSpec(id="g22_imagenet_lt", rows={"k": run_k, **LOSS},
               title="G22 §4.5.2: ImageNet-LT, test top-K accuracy (%) overall and on many-, "
               "medium- and few-shot classes (no published CSV)" + AVG_NOTE,
@@ -267,7 +329,8 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               title="G22 Fig. 3: time per epoch as a ratio to cross-entropy",
               columns={"loss": g22_line}, metrics={"ratio_to_ce": g22_ratio},
               uses=lambda runs, metric: runs["loss"] != "ce", notes=g22_time_notes,
-              paper_transform=g22_time_paper, sort_columns=True, unit="ratio units"),
+              paper_transform=g22_time_paper, sort_columns=True, unit="ratio units",
+              sampling={"ratio_to_ce": TIME_RATIO}),
     TableSpec(id="p22_cifar", title="P22 Tables 1, 4: CIFAR-100, test top-1 and top-5 accuracy (%), "
               "each at its best validation epoch (P22's numbers are not on file)", **P22_TABLE),
     TableSpec(id="p22_imagenet", title="P22 Table 2: ImageNet-1K embeddings, test top-1 and top-5 "
@@ -293,7 +356,7 @@ def observations(spec: TableSpec, runs: pd.DataFrame) -> list[dict]:
         for i in runs.index[used.to_numpy(dtype=bool)]:
             row, col = spec.keys({name: key[i] for name, key in keys.items()})
             entries.append(observation(runs.at[i, "status"], runs.at[i, "seed"], values[i],
-                                       row=row, column=col, metric=metric))
+                                       row=row, column=col, metric=metric, run=i))
     return entries
 
 
@@ -312,12 +375,27 @@ def paper_cells(spec: TableSpec) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["row", "column", "metric", "paper", "paper_std"])
 
 
+def sampling_error(spec: TableSpec, metric: str, paper: float, paper_std: float,
+                   runs: pd.DataFrame) -> tuple[float, str]:
+    """The published number's standard error from its sample (``spec.sampling``) and why there
+    is none; not needed (NaN, "") where the paper reports a std or no number."""
+    if math.isnan(paper) or not math.isnan(paper_std):
+        return math.nan, ""
+    return spec.sampling.get(metric, UNKNOWN_ERROR)(paper, runs)
+
+
 def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     """One row per (row key, column key, metric) that the paper or a run has, in the paper's
-    order then ours: keys, statistics, ``counts``, ``paper``, ``paper_std``, ``diff``."""
+    order then ours: keys, statistics, ``counts``, ``paper``, ``paper_std``, ``sampling_se``
+    (the paper's number's standard error where it reports no std) and ``no_error`` (why there
+    is none), ``diff``, ``verdict``."""
     entries, paper = observations(spec, sweep.runs), paper_cells(spec)
     published = {(r, col, m): (p, s) for r, col, m, p, s in paper.itertuples(index=False)}
     ours = summarise_groups(entries, ("row", "column", "metric"), sweep.seeds)
+    counted: dict[tuple, list] = {}  # the runs whose value a cell averages
+    for e in entries:
+        if e["value"] is not None:
+            counted.setdefault((e["row"], e["column"], e["metric"]), []).append(e["run"])
     rows = ordered([e["row"] for e in entries], [*spec.row_order, *paper["row"]])
     if spec.rank_rows_by:
         mean = {row: ours.get((row, (), spec.rank_rows_by), {}).get("mean", math.nan) for row in rows}
@@ -333,13 +411,31 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
         value, std = published.get(key, (math.nan, None))
         std = math.nan if std is None else std
         half = half_width(cell["std"], cell["n"])
+        se, why = sampling_error(spec, metric, value, std, sweep.runs.loc[counted.get(key, [])])
         out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
                     "metric": metric, **cell, "ci_low": cell["mean"] - half,
                     "ci_high": cell["mean"] + half, "counts": count_text(cell), "paper": value,
-                    "paper_std": std, "diff": cell["mean"] - value,
-                    "verdict": cell_verdict(cell["mean"], cell["std"], cell["n"], value, std),
+                    "paper_std": std, "sampling_se": se, "no_error": why,
+                    "diff": cell["mean"] - value,
+                    "verdict": cell_verdict(cell["mean"], cell["std"], cell["n"], value, std, se),
                     "_row": row, "_column": col, "_row_rank": row_rank, "_column_rank": column_rank})
     return pd.DataFrame(out)
+
+
+def paper_text(cell: Mapping) -> str:
+    """"91.35 ± 0.20" (its std), "91.70 (se 0.28)" (its sampling error), "91.70", or ""."""
+    if number(cell["paper_std"]) is None and number(cell["sampling_se"]) is not None:
+        return f"{fmt(cell['paper'])} (se {cell['sampling_se']:.2f})"
+    return mean_text(cell["paper"], cell["paper_std"], missing="")
+
+
+def unjudged_notes(cells: pd.DataFrame) -> list[str]:
+    """One line per metric with a one-run cell left *too few runs* for want of a spread: why."""
+    if cells.empty:
+        return []
+    waiting = cells[(cells["verdict"] == TOO_FEW) & (cells["n"] == 1) & (cells["no_error"] != "")]
+    return [f"{metric}: one run is *{TOO_FEW}*, as {why}; it takes two seeds or more."
+            for metric, why in dict(zip(waiting["metric"], waiting["no_error"])).items()]
 
 
 def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFrame:
@@ -356,7 +452,7 @@ def wide_table(spec: TableSpec, cells: pd.DataFrame, metrics=None) -> pd.DataFra
         ours = (f"{mean_text(cell['mean'], cell['std'])}{interval} ({counts})" if cell["n"]
                 else counts if counts == "no run" else f"– ({counts})")
         texts[cell["_row"], cell["_column"], cell["metric"]] = {
-            "ours": ours, "paper": mean_text(cell["paper"], cell["paper_std"], missing=""),
+            "ours": ours, "paper": paper_text(cell),
             "ours − paper": fmt(cell["diff"], sign=True, missing=""), "verdict": cell["verdict"]}
     header, data = [], []
     for (col, _), metric, name in itertools.product(columns, metrics, spec.fields):
@@ -412,6 +508,7 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
     legend = CELL_LEGEND.format(unit=spec.unit) if "paper" in spec.fields else OURS_LEGEND + "."
     preamble = [sweep.header(), legend]
     preamble += [f"Paper: `topk/paper_results/{spec.paper}.csv`."] if spec.paper else []
+    preamble += unjudged_notes(cells)
     tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
     verdicts = [v for v in tidy["verdict"] if v] if "verdict" in tidy.columns else []
     return Table(spec.id, spec.title, preamble + spec.notes(sweep.runs), sections, tidy,

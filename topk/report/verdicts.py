@@ -2,7 +2,9 @@
 
 Both rest on Student's t 95 % intervals: of our mean over completed seeds (a table cell), and of
 the mean difference between two losses over the seeds they share (a paper's claim, paired: the
-losses of one seed see the same data and initialisation draw).
+losses of one seed see the same data and initialisation draw). A published number comes with a
+spread s: the paper's std, or where it reports none the standard error that its test sample
+alone gives an accuracy (:func:`binomial_se`, :func:`macro_se`), so that one run can be judged too.
 """
 
 from __future__ import annotations
@@ -21,11 +23,16 @@ T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 AGREES, DIFFERS, TOO_FEW = "agrees", "differs", "too few runs"
 HOLDS, FAILS, UNDECIDED = "holds", "does not hold", "undecided"
 CELL_RULE = (
-    "Verdict per cell: with n ≥ 2 completed seeds, ours *agrees* when |ours − paper| ≤ h + s, "
-    "where h = t(0.975, n − 1) · std / √n is the half-width of our 95 % interval (shown as "
-    "[low, high]) and s the paper's reported std (0 where it reports none); with one run, it "
-    "agrees when the paper reports a std s and |ours − paper| ≤ 2s; otherwise *too few runs*. "
-    "Anything else *differs*.")
+    "Verdict per cell: s is the paper's spread, its reported std, else the standard error its "
+    "number has from the test sample alone (shown as \"se\"): √(p(1 − p)/N) for an accuracy p "
+    "(the paper's) on the N samples our runs evaluated (their records' `samples`), "
+    "√(Σ_c v_c)/C for a macro average over C classes (v_c = p_c(1 − p_c)/(N_c − 1), our class "
+    "accuracy p_c on its N_c test samples, 1/4 where N_c = 1). With n ≥ 2 completed seeds, ours "
+    "*agrees* when |ours − paper| ≤ h + s, where h = t(0.975, n − 1) · std / √n is the "
+    "half-width of our 95 % interval (shown as [low, high]) and s = 0 where no spread is known; "
+    "with one run, it agrees when |ours − paper| ≤ 2s; one run of a metric without a spread "
+    "(a training accuracy, a time ratio) is *too few runs* (the table says why). Anything else "
+    "*differs*.")
 CLAIM_RULE = (
     "Verdict per claim: each claim is read as the comparisons in its \"read as\" column; "
     "\"A beats B\" holds when the 95 % t-interval of the mean difference A − B over the seeds "
@@ -47,11 +54,46 @@ def half_width(std, n: int) -> float:
     return t975(n - 1) * std / math.sqrt(n) if n >= 2 and not math.isnan(std) else math.nan
 
 
-def cell_verdict(mean: float, std: float, n: int, paper: float, paper_std: float) -> str:
-    """:data:`CELL_RULE` for one table cell ("" where the paper has no number)."""
+def binomial_se(percent: float, size) -> float:
+    """Standard error in percentage points of an accuracy of ``percent`` % counted on ``size``
+    samples, each a hit or a miss: 100 · √(p(1 − p)/N) (NaN without a size)."""
+    p = percent / 100
+    if not size or size < 1 or not 0 <= p <= 1:
+        return math.nan
+    return 100 * math.sqrt(p * (1 - p) / size)
+
+
+def macro_se(per_class, sizes) -> float:
+    """Standard error in percentage points of a macro-average accuracy, the mean over the C
+    classes with a sample of the class accuracies p_c (%, ``per_class``) on N_c samples
+    (``sizes``): √(Σ_c v_c)/C, v_c = p_c(1 − p_c)/(N_c − 1) the unbiased estimate of the
+    variance of class c's accuracy, and 1/4 (a hit-or-miss variable's largest variance) for a
+    class with one sample, whose estimate is undefined (its plug-in value is always 0)."""
+    variances = []
+    for percent, size in zip(per_class, sizes):
+        if percent is None or not size:
+            continue
+        p = percent / 100
+        variances.append(0.25 if size == 1 else p * (1 - p) / (size - 1))
+    return 100 * math.sqrt(sum(variances)) / len(variances) if variances else math.nan
+
+
+def paper_spread(paper_std, sampling_se) -> float:
+    """s of :data:`CELL_RULE`: the paper's std, else its number's sampling error, else 0."""
+    for spread in (paper_std, sampling_se):
+        if spread is not None and not math.isnan(spread):
+            return spread
+    return 0.0
+
+
+def cell_verdict(mean: float, std: float, n: int, paper: float, paper_std: float,
+                 sampling_se: float = math.nan) -> str:
+    """:data:`CELL_RULE` for one table cell ("" where the paper has no number); ``sampling_se``
+    is the paper's number's standard error from its test sample (:func:`binomial_se`,
+    :func:`macro_se`), used where the paper reports no std."""
     if paper is None or math.isnan(paper):
         return ""
-    spread = 0.0 if paper_std is None or math.isnan(paper_std) else paper_std
+    spread = paper_spread(paper_std, sampling_se)
     if n >= 2:
         return AGREES if abs(mean - paper) <= half_width(std, n) + spread else DIFFERS
     if n == 1 and spread > 0:
