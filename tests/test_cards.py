@@ -76,6 +76,17 @@ def test_swept_values_must_be_the_sweeps(card_dir):
     assert any(p.startswith("seed is swept over 0, 1, 2") for p in cards.problems("b18_cifar_noise"))
 
 
+def test_a_fragments_cases_for_values_the_card_does_not_sweep_are_left_out(card_dir):
+    (card_dir / "common" / "shared_losses.yaml").write_text(
+        "keys:\n  loss.gamma:\n"
+        "    - {when: {loss: focal}, value: 2.0, source: choice, why: another experiment's loss}\n"
+        "    - {when: {loss: [ce, focal]}, value: 1.0, source: choice, why: narrowed to ce}\n")
+    rewrite(card_dir / "b18_cifar_noise.yaml", "uses: [framework, cifar100_b18]",
+            "uses: [framework, cifar100_b18, shared_losses]")
+    (case,) = cards.load("b18_cifar_noise").cases("loss.gamma")
+    assert (case.value, case.when) == (1.0, (("loss", ("ce",)),))
+
+
 @pytest.mark.parametrize("old,new,sentence", [
     ("source: choice", "source: guess", "source must be one of cited, code, inferred, choice"),
     ("    quote: The temperature parameter is fixed to one.\n", "", "is cited and needs quote"),

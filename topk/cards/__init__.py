@@ -5,7 +5,10 @@ composed config of the experiment's jobs that changes what a run learns or repor
 and its source; ``facts`` adds protocol facts that live in code rather than in a config key (the
 normalisation constants, how a split is drawn). A card may start from shared fragments
 (``uses: [cifar100_g22]`` reads ``topk/cards/common/cifar100_g22.yaml``, its ``keys`` and its
-``facts``); its own entries replace a fragment's entry of the same key whole.
+``facts``); its own entries replace a fragment's entry of the same key whole. A fragment shared by
+cards that sweep different values (``losses.yaml`` has a case for every loss) keeps, on each card,
+only its cases for values that card sweeps: a case ``when: {loss: [ce, hinge]}`` on a card sweeping
+``loss: [ce, focal]`` reads ``when: {loss: ce}``, and a case for ``hinge`` alone is left out.
 
 An entry is a mapping, or a list of mappings when the value depends on the job::
 
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import yaml
@@ -184,9 +187,28 @@ def _merged_keys(path: Path, data: dict, part: str = "keys") -> dict:
     return keys
 
 
+def _in_this_sweep(entries: list[Entry], own: set[str], swept: dict[str, set]) -> list[Entry]:
+    """The entries with each fragment case narrowed to the values the card sweeps: a ``when`` on a
+    swept key keeps only the sweep's values, and a case left with none is another experiment's
+    and is left out. The card's own entries (keys in ``own``) stay as written."""
+    kept = []
+    for entry in entries:
+        if entry.key in own:
+            kept.append(entry)
+            continue
+        when = tuple((key, tuple(v for v in values if v in swept[key]) if key in swept else values)
+                     for key, values in entry.when)
+        if all(values for _, values in when):
+            kept.append(replace(entry, when=when))
+    return kept
+
+
 @functools.cache
 def load(experiment: str) -> Card:
-    """The protocol card of ``experiment``, fragments merged."""
+    """The protocol card of ``experiment``, fragments merged (their cases for values the card
+    does not sweep left out)."""
+    from topk.report.protocol import normalise
+
     path = card_path(experiment)
     if not path.is_file():
         raise CardError(f"experiment {experiment!r} has no protocol card ({path}); cards exist for "
@@ -198,6 +220,9 @@ def load(experiment: str) -> Card:
     entries.sort(key=lambda entry: section_rank(entry.key))
     facts = [e for key, raw in _merged_keys(path, data, "facts").items()
              for e in _entries(path, key, raw)]
+    swept = {e.key: {normalise(v) for v in e.swept} for e in entries if e.swept is not None}
+    entries = _in_this_sweep(entries, set(data.get("keys") or {}), swept)
+    facts = _in_this_sweep(facts, set(data.get("facts") or {}), swept)
     return Card(experiment, str(data.get("reproduces") or ""), tuple(entries), tuple(facts))
 
 
