@@ -20,8 +20,10 @@ from image_data import (
     write_jpeg,
     write_plantnet,
 )
+from PIL import Image
+from torchvision.transforms import v2
 
-from conftest import run_in_process
+from conftest import compose_config, run_in_process
 from topk.data.imagenet import imagenet
 from topk.data.imagenet_lt import imagenet_lt, shot_groups
 from topk.data.images import ImageBatches
@@ -124,6 +126,78 @@ def test_imagenet_ten_crop_batches_have_ten_crops(tiny_imagenet):
     batches = ImageBatches(splits.test, 4, image_transform=splits.image_transform(False))
     images, labels = next(iter(batches))
     assert images.shape == (4, 10, 3, 8, 8) and images.dtype == torch.uint8
+
+
+def composed_train_transform(overrides):
+    """The training images' per-image transform, built from the composed config as train.py
+    builds it (data set, then ``augment.images``)."""
+    import train
+
+    cfg = compose_config(overrides)
+    splits = train.build(cfg.dataset, "dataset", seed=0)
+    image_augment, _ = train.build_augment(cfg.augment, splits)
+    return splits.image_transform(True, image_augment.random_crop, image_augment.flip)
+
+
+def steps(transform) -> list[tuple]:
+    """Each step of a ``v2.Compose`` as (class name, its size or probability)."""
+    return [(type(step).__name__, getattr(step, "size", getattr(step, "p", None)))
+            for step in transform.transforms]
+
+
+def window_of(crop: torch.Tensor, image: torch.Tensor) -> bool:
+    """Whether ``crop`` is a window of ``image`` (both ``[C, H, W]``), as it is or mirrored."""
+    side = crop.shape[-1]
+    for candidate in (crop, crop.flip(-1)):
+        rows, cols = torch.nonzero(image[0] == candidate[0, 0, 0], as_tuple=True)
+        for i, j in zip(rows.tolist(), cols.tolist()):
+            window = image[:, i:i + side, j:j + side]
+            if window.shape == candidate.shape and torch.equal(window, candidate):
+                return True
+    return False
+
+
+@pytest.mark.parametrize("experiment", ["b18_imagenet"])
+def test_imagenet_training_crop_is_b18s_resize_256_random_224_and_flip(tiny_imagenet, experiment):
+    """B18 §5.2: "Images are resized so that their smaller dimension is 256 [...] At training
+    time, we take random crops of 224 x 224 and randomly flip the images horizontally"."""
+    transform = composed_train_transform([f"+experiment={experiment}", f"dataset.root={tiny_imagenet[0]}",
+                                          "dataset.val_per_class=2", "dataset.check_images=false"])
+    assert steps(transform) == [("PILToTensor", None), ("Resize", [256]), ("RandomCrop", (224, 224)),
+                                ("RandomHorizontalFlip", 0.5)]
+    generator = np.random.default_rng(0)
+    image = Image.fromarray(generator.integers(0, 256, (300, 400, 3), dtype=np.uint8))
+    resized = v2.Compose([v2.PILToTensor(), v2.Resize(256, antialias=True)])(image)
+    assert resized.shape == (3, 256, 341)
+    for seed in range(4):  # each crop is a 224 window of the image resized to 256, maybe mirrored
+        torch.manual_seed(seed)
+        crop = transform(image)
+        assert crop.shape == (3, 224, 224) and window_of(crop, resized)
+
+
+@pytest.mark.parametrize("dataset,flip", [("imagenet_lt", True), ("plantnet", False)])
+def test_imagenet_lt_and_plantnet_train_on_a_resize_and_a_random_crop(data_roots, dataset, flip):
+    """Neither G22 text names a crop: a resize, then a random crop (G22's Pl@ntNet-300K code,
+    which has no flip; ImageNet-LT keeps B18's ImageNet flip)."""
+    transform = composed_train_transform([f"dataset={dataset}", "augment=standard", *data_roots[dataset]])
+    names = [name for name, _ in steps(transform)]
+    assert names == ["PILToTensor", "Resize", "RandomCrop", *(["RandomHorizontalFlip"] if flip else [])]
+
+
+def test_random_resized_crop_only_when_asked_for(data_roots):
+    transform = composed_train_transform(["dataset=imagenet", "augment=standard", "dataset.train_crop=random_resized",
+                                          *data_roots["imagenet"]])
+    assert steps(transform) == [("PILToTensor", None), ("RandomResizedCrop", (8, 8)),
+                                ("RandomHorizontalFlip", 0.5)]
+
+
+def test_a_crop_larger_than_the_resize_or_an_unknown_crop_is_refused(tiny_imagenet):
+    with pytest.raises(ConfigError, match=r"^dataset.resize_size=8 is smaller than image_size=10: crops "):
+        imagenet(seed=0, root=tiny_imagenet[0], val_per_class=2, image_size=10, resize_size=8,
+                 check_images=False)
+    with pytest.raises(ConfigError, match=r"^dataset.train_crop must be one of resize_then_random, "
+                                          r"random_resized, got 'inception'\.$"):
+        imagenet(seed=0, root=tiny_imagenet[0], val_per_class=2, train_crop="inception", check_images=False)
 
 
 def test_imagenet_missing_root_names_layout_and_source(tmp_path):

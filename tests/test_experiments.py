@@ -58,7 +58,9 @@ def test_brief_command_runs_g22_plantnet_protocol_for_noised_imbal():
     assert (loss.scale, loss.max_margin) == (60.0, 0.2)
     assert_sgd(cfg, lr=2e-3, weight_decay=1e-4, milestones=[20, 25], gamma=0.1, epochs=30, batch_size=32)
     assert cfg.trainer.selection_metric == "val/macro_top5"
-    assert cfg.augment.images.crop_padding and cfg.augment.images.flip  # random-resized crop + flip
+    # G22's code: Resize(256) + RandomCrop(224), no flip (garcinc/noised-topk dataloader/get_data.py)
+    assert cfg.dataset.train_crop == "resize_then_random" and cfg.augment.images.crop_padding
+    assert not cfg.augment.images.flip
 
 
 def test_overrides_still_win_over_the_protocol():

@@ -73,6 +73,7 @@ def test_every_experiment_keeps_the_schema_at_both_scales(experiment):
 
 def test_the_words_the_schema_allows_are_the_librarys_own():
     from topk.data.cifar import NOISE_GROUPS, NORMALISATIONS
+    from topk.data.images import TRAIN_CROPS
     from topk.distributed import BACKENDS
     from topk.functional.sorting import DISTRIBUTIONS, SORTERS
     from topk.losses.diffsort import TOP1_MODES
@@ -94,6 +95,7 @@ def test_the_words_the_schema_allows_are_the_librarys_own():
     assert words(SCHEMAS["loss"]["diffsort_topk_ce"], "top1_mode") == set(TOP1_MODES)
     assert words(SCHEMAS["dataset"]["cifar100"], "noise_groups") == set(NOISE_GROUPS)
     assert words(SCHEMAS["dataset"]["cifar100"], "normalisation") == set(NORMALISATIONS)
+    assert words(SCHEMAS["dataset"]["imagenet"], "train_crop") == set(TRAIN_CROPS)
 
 
 @pytest.mark.parametrize("word,value", [("no", False), ("off", False), ("false", False), ("yes", True),

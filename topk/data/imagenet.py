@@ -71,6 +71,7 @@ def imagenet(
     split_seed: int = 0,
     image_size: int = 224,
     resize_size: int = 256,
+    train_crop: str = "resize_then_random",
     ten_crop: bool = False,
     marginal_k: int = 5,
     check_images: bool = True,
@@ -91,6 +92,9 @@ def imagenet(
         Seed of the validation and training-subset draws, fixed across runs.
     image_size, resize_size : int
         Crop side and the shorter side before centre or ten-crop (224 and 256).
+    train_crop : str
+        The random training crop: ``resize_then_random`` (resize to ``resize_size``, then a random
+        ``image_size`` crop; B18 §5.2) or ``random_resized`` (``RandomResizedCrop``).
     ten_crop : bool
         Test on ten crops, ranking by the crops' mean top-``marginal_k`` marginals (B18 App. C).
     check_images : bool
@@ -137,6 +141,7 @@ def imagenet(
     return ImageFileSplits(
         train=train, val=val, test=test, num_classes=num_classes,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        ten_crop=ten_crop, marginal_k=marginal_k, class_names=_class_names(root, wnids),
+        train_crop=train_crop, ten_crop=ten_crop, marginal_k=marginal_k,
+        class_names=_class_names(root, wnids),
         sources={"train": str(train_dir), "val": f"{train_dir} (held out)", "test": str(test_dir)},
     )

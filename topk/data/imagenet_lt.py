@@ -67,6 +67,7 @@ def imagenet_lt(
     lists_root: str | Path | None = None,
     image_size: int = 224,
     resize_size: int = 256,
+    train_crop: str = "resize_then_random",
     check_images: bool = True,
 ) -> ImageFileSplits:
     """ImageNet-LT's train / validation / test lists over an ImageNet root.
@@ -81,6 +82,9 @@ def imagenet_lt(
         Folder holding the three ``ImageNet_LT_*.txt`` lists (None: ``root``).
     image_size, resize_size : int
         Crop side and the shorter side before the centre crop (224 and 256).
+    train_crop : str
+        The random training crop: ``resize_then_random`` (resize to ``resize_size``, then a random
+        ``image_size`` crop; B18 §5.2) or ``random_resized`` (``RandomResizedCrop``).
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
     """
@@ -112,6 +116,6 @@ def imagenet_lt(
     return ImageFileSplits(
         train=splits["train"], val=splits["val"], test=splits["test"], num_classes=num_classes,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        class_groups=shot_groups(counts),
+        train_crop=train_crop, class_groups=shot_groups(counts),
         sources={name: str(lists_root / file) for name, file in LIST_FILES.items()},
     )

@@ -5,7 +5,12 @@ by :class:`ImageBatches`, a ``torch.utils.data.DataLoader`` with worker processe
 device as uint8 ``[B, 3, H, W]`` (``[B, 10, 3, H, W]`` for ten-crop testing), where they are
 normalised (and Cutout applied) as CIFAR batches are. Per-image transforms are torchvision's:
 
-* training, ``augment=standard|cutout``: ``RandomResizedCrop(image_size)`` + horizontal flip;
+* training, ``augment=standard|cutout``, ``train_crop=resize_then_random`` (B18 §5.2: "Images are
+  resized so that their smaller dimension is 256 [...] At training time, we take random crops of
+  224 × 224 and randomly flip the images horizontally"): ``Resize(resize_size)`` +
+  ``RandomCrop(image_size)``, then the flip where ``augment.images.flip``;
+* the same with ``train_crop=random_resized``: ``RandomResizedCrop(image_size)`` (scale 0.08–1,
+  aspect 3/4–4/3: torchvision's ImageNet recipe, which none of the papers' protocols uses);
 * training without a random crop, and testing: ``Resize(resize_size)`` + ``CenterCrop(image_size)``;
 * ``ten_crop``: ``Resize(resize_size)`` + ``TenCrop(image_size)`` (B18 §5.2's ImageNet test).
 
@@ -39,6 +44,7 @@ from topk.errors import ConfigError, DataError
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+TRAIN_CROPS = ("resize_then_random", "random_resized")  # dataset.train_crop
 
 
 @dataclass
@@ -61,13 +67,16 @@ class ImageFileSplits(DataSplits):
     """``DataSplits`` whose splits are image files, with the settings of their transforms.
 
     ``image_size``: side of the crops the model sees; ``resize_size``: the shorter side images
-    are resized to before a centre crop or ten-crop; ``ten_crop``: test on ten crops per image,
+    are resized to before a centre crop, ten-crop or (``train_crop=resize_then_random``) the
+    training crop; ``train_crop``: the random training crop, ``resize_then_random`` (B18 §5.2) or
+    ``random_resized`` (``RandomResizedCrop``); ``ten_crop``: test on ten crops per image,
     combined through B18's top-``marginal_k`` marginal probabilities (Appendix C);
     ``class_names``: readable class names where the data set has them.
     """
 
     image_size: int = 224
     resize_size: int = 256
+    train_crop: str = "resize_then_random"
     ten_crop: bool = False
     marginal_k: int = 5
     class_names: list[str] = field(default_factory=list)
@@ -78,6 +87,13 @@ class ImageFileSplits(DataSplits):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{key} must be a whole number of pixels of at least 1, got {value!r}.")
+        if self.resize_size < self.image_size:
+            raise ConfigError(f"dataset.resize_size={self.resize_size} is smaller than image_size="
+                              f"{self.image_size}: crops are taken from the resized image, so choose "
+                              "a resize_size of at least image_size (B18: 256 for 224 crops).")
+        if self.train_crop not in TRAIN_CROPS:
+            raise ConfigError(f"dataset.train_crop must be one of {', '.join(TRAIN_CROPS)}, "
+                              f"got {self.train_crop!r}.")
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -85,8 +101,10 @@ class ImageFileSplits(DataSplits):
 
     def image_transform(self, training: bool, random_crop: bool = False, flip: bool = False):
         """The per-image (worker-side) transform of the training or evaluation images."""
-        if training and random_crop:
+        if training and random_crop and self.train_crop == "random_resized":
             steps = [v2.RandomResizedCrop(self.image_size, antialias=True)]
+        elif training and random_crop:  # resize_then_random
+            steps = [v2.Resize(self.resize_size, antialias=True), v2.RandomCrop(self.image_size)]
         else:
             steps = [v2.Resize(self.resize_size, antialias=True)]
             if not training and self.ten_crop:

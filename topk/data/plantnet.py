@@ -37,6 +37,7 @@ def plantnet(
     root: str | Path,
     image_size: int = 224,
     resize_size: int = 256,
+    train_crop: str = "resize_then_random",
     check_images: bool = True,
 ) -> ImageFileSplits:
     """Pl@ntNet-300K's official train / validation / test splits (1,081 species).
@@ -49,6 +50,9 @@ def plantnet(
         Folder containing ``images/`` (and optionally the species-name JSON).
     image_size, resize_size : int
         Crop side and the shorter side before the centre crop (224 and 256).
+    train_crop : str
+        The random training crop: ``resize_then_random`` (resize to ``resize_size``, then a random
+        ``image_size`` crop; B18 §5.2) or ``random_resized`` (``RandomResizedCrop``).
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
     """
@@ -78,5 +82,6 @@ def plantnet(
     return ImageFileSplits(
         train=splits["train"], val=splits["val"], test=splits["test"], num_classes=len(species),
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        class_names=names, sources={name: str(folder) for name, folder in folders.items()},
+        train_crop=train_crop, class_names=names,
+        sources={name: str(folder) for name, folder in folders.items()},
     )

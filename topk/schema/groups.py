@@ -252,6 +252,7 @@ class ImageNetSchema(ImageFolderSchema):
     train_size: int | None = whole(1, null="all the rest")
     split_seed: int = whole(0)
     ten_crop: bool = flag()
+    train_crop: str = choice("resize_then_random", "random_resized")
     marginal_k: int = whole(1)
 
 
