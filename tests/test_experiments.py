@@ -138,7 +138,7 @@ def test_cifar_noise_tables(experiment, noise, losses, seeds):
 def test_b18_imagenet():
     params = sweep_params("b18_imagenet")
     assert params["dataset.train_size"] == [64000, 128000, 320000, 640000, None]
-    assert params["loss"] == ["ce", "smooth_svm"]
+    assert params["loss"] == ["ce", "smooth_svm"] and params["seed"] == [0]  # B18 states none: ours
     cfg = compose_job("b18_imagenet", loss="smooth_svm")
     assert cfg.model.name == "resnet18" and cfg.dataset.ten_crop and cfg.dataset.val_per_class == 50
     assert_sgd(cfg, lr=1.0, weight_decay=2.5e-5, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
@@ -158,6 +158,7 @@ def test_b18_tau():
     ("g22_epsilon", "loss.epsilon", [0.0, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0], ("n_samples", 10)),
     ("g22_samples", "loss.n_samples", [1, 2, 3, 5, 10, 50, 100], ("epsilon", 0.2)),
 ])
+    assert params["seed"] == [0, 1]  # B18 states none; two judge the training-accuracy column
 def test_g22_cifar_ablations(experiment, key, values, fixed):
     assert sweep_params(experiment)[key] == values
     cfg = compose_job(experiment)
@@ -177,6 +178,7 @@ def test_g22_plantnet():
     ldam = compose_job("g22_plantnet", loss="ldam", k=10)
     assert ldam.loss.scale == 40 and ldam.trainer.selection_metric == "val/macro_top10"
 
+    assert params["seed"] == [0, 1, 2]  # G22 preprint §4.5.1: "(three seeds, 95% confidence interval)"
 
 def test_g22_imagenet_lt():
     params = sweep_params("g22_imagenet_lt")
@@ -225,7 +227,7 @@ def test_p22_imagenet_runs_p22s_embedding_script():
     assert compose_job("p22_imagenet", **{"loss.sorter": "bitonic"}).loss.steepness == 1.0
 
 
-@pytest.mark.parametrize("experiment,dataset,seeds", [("zoo_cifar100", "cifar", 2), ("zoo_plantnet", "plantnet", 1)])
+@pytest.mark.parametrize("experiment,dataset,seeds", [("zoo_cifar100", "cifar", 2), ("zoo_plantnet", "plantnet", 3)])
 def test_zoo_runs_every_loss_on_one_protocol(experiment, dataset, seeds):
     params = sweep_params(experiment)
     assert sorted(params["loss"]) == sorted(path.stem for path in (CONF / "loss").glob("*.yaml"))
