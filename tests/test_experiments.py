@@ -76,6 +76,10 @@ def test_plantnet_losses_get_g22_parameters():
     assert ldam.model.head == "cosine" and (ldam.loss.scale, ldam.loss.max_margin) == (40.0, 0.2)
     assert compose_config(["dataset=plantnet", "loss=smooth_svm"]).loss.tau == 0.1
     assert compose_config(["dataset=plantnet", "loss=ce"]).model.head == "linear"
+    # G22's published Pl@ntNet-300K command (garcinc/noised-topk experiments/cmd_lines.txt):
+    # --loss=bal_topk --epsilon=1.0 --n_sample=5, not the CIFAR-100 values 0.2 and 10
+    noised = compose_config(["dataset=plantnet", "loss=noised_bal"]).loss
+    assert (noised.epsilon, noised.n_samples) == (1.0, 5)
 
 
 def test_cifar100_brings_b18_and_g22_protocol():
@@ -87,6 +91,8 @@ def test_cifar100_brings_b18_and_g22_protocol():
     assert (svm.k, svm.tau, svm.alpha) == (5, 1.0, 1.0)
     noised = compose_config(["dataset=cifar100", "loss=noised_bal"]).loss
     assert (noised.k, noised.epsilon, noised.n_samples) == (5, 0.2, 10)
+    imbal = compose_config(["dataset=cifar100", "loss=noised_imbal"])  # G22's untuned default scale
+    assert imbal.model.head == "cosine" and (imbal.loss.scale, imbal.loss.max_margin) == (50.0, 0.2)
     mixup = compose_config(["dataset=cifar100", "augment=mixup"]).augment
     assert (mixup.mix.alpha, mixup.images.crop_padding, mixup.images.flip) == (1.0, 4, True)
 
