@@ -184,21 +184,27 @@ def _some_beats_ce(values, setting) -> Comparison:
     return Comparison(best.label, verdict, best.difference, best.half, best.n)
 
 
+def s20_says(claims: pd.DataFrame) -> list[str]:
+    """Each claim's own sentence in S20 and where it stands (the ``quote`` and ``location`` of
+    ``s20_synthetic_claims.csv``), as the report shows it beside our paraphrase."""
+    return [f"\"{quote}\" ({location})" for quote, location in zip(claims["quote"], claims["location"])]
+
+
 def s20_synthetic_claims(experiment: str, runs: pd.DataFrame, parameter: str,
                          claims: pd.DataFrame) -> pd.DataFrame:
     """S20's claims for ``experiment`` with our verdict and its numbers (columns setting, claim,
-    read as, verdict, numbers)."""
+    S20 says: the sentence claimed and its section and figure, read as, verdict, numbers)."""
     settings = column(runs, f"params.{parameter}")
     values = {m: seed_values(runs, {"s": settings, "loss": runs["loss"]}, f"test.{m}") for m in BOTH}
     present = sorted({normalise(s) for s in settings if number(s) is not None})
     rows = []
-    for setting, claim in zip(claims["setting"], claims["claim"]):
+    for setting, claim, says in zip(claims["setting"], claims["claim"], s20_says(claims)):
         rule = S20_CLAIMS[(experiment, setting)]
         comparisons = rule.comparisons(values, [s for s in present if rule.covers(s)])
-        rows.append({"setting": setting, "claim": claim, "read as": rule.read_as,
+        rows.append({"setting": setting, "claim": claim, "S20 says": says, "read as": rule.read_as,
                      "verdict": combine(c.verdict for c in comparisons),
                      "numbers": evidence(comparisons)})
-    return pd.DataFrame(rows, columns=["setting", "claim", "read as", "verdict", "numbers"])
+    return pd.DataFrame(rows, columns=["setting", "claim", "S20 says", "read as", "verdict", "numbers"])
 
 
 def claim_row(setting: str, claim: str, read_as: str, comparisons: list[Comparison]) -> dict:
@@ -214,7 +220,8 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def s20_cifar_claims(runs: pd.DataFrame, ks: list[int], claims: pd.DataFrame) -> pd.DataFrame:
-    """S20's two CIFAR-100 claims (ResNet-18 with Mixup) on one panel's runs."""
+    """S20's two CIFAR-100 claims (ResNet-18 with Mixup) on one panel's runs, each beside its
+    sentence in S20 (column S20 says)."""
     values = {k: seed_values(runs, {"loss": runs["loss"]}, f"test.top{k}") for k in ks}
     losses = sorted({key[0] for by_loss in values.values() for key in by_loss})
 
@@ -245,8 +252,10 @@ def s20_cifar_claims(runs: pd.DataFrame, ks: list[int], claims: pd.DataFrame) ->
             "for k ≥ 6 top-5 grouping beats CE",
             "the transition loss's mean top-k accuracy first reaches 99 % at k = 25 ± 3, CE's "
             f"not by k = {max(ks)} (S20: k = 33)"]
-    return claims_frame([claim_row(s, c, r, comparisons) for (s, c), r, comparisons in
-                         zip(zip(claims["setting"], claims["claim"]), read, (ranking, reaching))])
+    frame = claims_frame([claim_row(s, c, r, comparisons) for (s, c), r, comparisons in
+                          zip(zip(claims["setting"], claims["claim"]), read, (ranking, reaching))])
+    frame.insert(2, "S20 says", s20_says(claims))
+    return frame
 
 
 # ------------------------------------------------------------------------ G22 Fig. 3
