@@ -156,6 +156,7 @@ def test_b18_imagenet():
 def test_b18_tau():
     params = sweep_params("b18_tau")
     assert params["loss.tau"] == [0.0, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0]
+    assert params["seed"] == [0, 1]  # B18 states none; two judge the training-accuracy column
     cfg = compose_job("b18_tau")
     assert cfg.model.growth_rate == 12 and cfg.model.depth == 40 and cfg.loss.k == 5
 
@@ -164,7 +165,6 @@ def test_b18_tau():
     ("g22_epsilon", "loss.epsilon", [0.0, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0], ("n_samples", 10)),
     ("g22_samples", "loss.n_samples", [1, 2, 3, 5, 10, 50, 100], ("epsilon", 0.2)),
 ])
-    assert params["seed"] == [0, 1]  # B18 states none; two judge the training-accuracy column
 def test_g22_cifar_ablations(experiment, key, values, fixed):
     assert sweep_params(experiment)[key] == values
     cfg = compose_job(experiment)
@@ -176,6 +176,7 @@ def test_g22_cifar_ablations(experiment, key, values, fixed):
 def test_g22_plantnet():
     params = sweep_params("g22_plantnet")
     assert params["k"] == [1, 3, 5, 10]
+    assert params["seed"] == [0, 1, 2]  # G22 preprint §4.5.1: "(three seeds, 95% confidence interval)"
     assert params["loss"] == ["ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal"]
     cfg = compose_job("g22_plantnet", loss="noised_imbal", k=3)
     assert cfg.loss.k == 3 and cfg.trainer.selection_metric == "val/macro_top3"
@@ -184,7 +185,6 @@ def test_g22_plantnet():
     ldam = compose_job("g22_plantnet", loss="ldam", k=10)
     assert ldam.loss.scale == 40 and ldam.trainer.selection_metric == "val/macro_top10"
 
-    assert params["seed"] == [0, 1, 2]  # G22 preprint §4.5.1: "(three seeds, 95% confidence interval)"
 
 def test_g22_imagenet_lt():
     params = sweep_params("g22_imagenet_lt")
