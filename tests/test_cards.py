@@ -98,6 +98,18 @@ def test_an_entry_without_its_source_is_refused_in_one_sentence(card_dir, old, n
         cards.load("b18_cifar_noise")
 
 
+def test_a_fragments_facts_reach_the_cards_that_use_it(card_dir):
+    """circles_multimodal_s20's facts are s20_exp2's and not s20_exp1's; a card's own fact of the
+    same name replaces the fragment's."""
+    assert "minor-mode side" in {fact.key for fact in cards.load("s20_exp2").facts}
+    assert "minor-mode side" not in {fact.key for fact in cards.load("s20_exp1").facts}
+    rewrite(card_dir / "s20_exp2.yaml", "keys:\n", "facts:\n  minor-mode side:\n    value: clockwise\n"
+            "    source: choice\n    why: a test.\nkeys:\n")
+    cards.load.cache_clear()
+    side = [fact for fact in cards.load("s20_exp2").facts if fact.key == "minor-mode side"]
+    assert [fact.value for fact in side] == ["clockwise"]
+
+
 # --- the quotes are the papers' words ---------------------------------------------------------------
 
 def flat(text: str) -> str:
