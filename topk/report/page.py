@@ -44,14 +44,14 @@ ITEMS = {
     "s20_cifar": ("S20 Table I, Fig. 6", "CIFAR-100", "24,900 h (320 runs)"),
     "b18_cifar_noise": ("B18 Table 1", "CIFAR-100", "18,800 h (36 runs)"),
     "b18_imagenet": ("B18 Table 2", "ImageNet", "13,900 h (10 runs)"),
-    "b18_tau": ("B18 Table 6, Fig. 2a", "CIFAR-100", "370 h (7 runs)"),
+    "b18_tau": ("B18 Table 6, Fig. 2a", "CIFAR-100", "740 h (14 runs)"),
     "b18_speed": ("B18 Tables 3–5", "none", "a few minutes"),
     "g22_epsilon": ("G22 Table 2", "CIFAR-100", "4,200 h (8 runs)"),
     "g22_samples": ("G22 Table 3", "CIFAR-100", "3,700 h (7 runs)"),
     "g22_time": ("G22 Fig. 3", "none (random CIFAR-shaped images)", "16 minutes (45 runs)"),
     "g22_cifar_noise": ("G22 Tables 4, 6", "CIFAR-100", "15,700 h (30 runs)"),
     "g22_plantnet": ("G22 Tables 5, 7", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
-                     "8,900 h (24 runs)"),
+                     "26,700 h (72 runs)"),
     "g22_imagenet_lt": ("G22 preprint §4.5.2 (no published numbers)",
                         "ImageNet and the ImageNet-LT lists", "8,800 h (24 runs)"),
     "p22_cifar": ("P22 Tables 1, 4 (published numbers not on file)", "CIFAR-100",
@@ -60,7 +60,7 @@ ITEMS = {
                      "tens of hours (18 runs, not timed)"),
     "zoo_cifar100": ("every loss on CIFAR-100", "CIFAR-100", "30,900 h (28 runs)"),
     "zoo_plantnet": ("every loss on Pl@ntNet-300K", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
-                     "7,500 h (14 runs)")}
+                     "22,500 h (42 runs)")}
 STATUS = {
     "reproduced": "reproduced", "differs": "ran, differs", "undecided": "ran, undecided",
     "ran": "ran (nothing published to compare)", "incomplete": "protocol incomplete",
@@ -357,8 +357,10 @@ def header(items: list[Item]) -> str:
             f"records in {len(sweeps)} sweep(s); where each ran is said per item.</p><p>Each item shows the sweep that keeps "
             "closest to its experiment's protocol, how it compares with that protocol, where and "
             "with which code its runs ran (their records' provenance), its tables and figures "
-            "with the published numbers beside ours, a verdict per published number and per "
-            "paper claim, and its status:</p>"
+            "with the published numbers beside ours, a verdict per published number (a single "
+            "run is judged too where the paper's number has a spread: its std, or the standard "
+            "error it has from its test sample, e.g. an accuracy's binomial error) and per paper "
+            "claim, and its status:</p>"
             f"<ul>{meanings}</ul>")
 
 

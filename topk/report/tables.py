@@ -52,7 +52,8 @@ OURS_LEGEND = (
     "interrupted, still-running, value-less and missing runs are counted and left out of the "
     "mean)")
 CELL_LEGEND = (OURS_LEGEND + ", and [low, high] its 95 % t-interval; paper = the published mean "
-               "(± its std); ours − paper in {unit}. " + CELL_RULE)
+               "(± its std, else (se …) its standard error from its sample); ours − paper in "
+               "{unit}. " + CELL_RULE)
 Source = str | Callable[[pd.DataFrame], pd.Series]
 # the paper's number and the runs of a cell -> the number's standard error from the sample it was
 # counted on (percentage points), and why there is none (verdicts.CELL_RULE's s)
