@@ -277,6 +277,7 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
         epochs=int(trainer.epochs),
         ks=ks,
         selection_metric=trainer.selection_metric,
+        also_select_on=list(trainer.also_select_on),
         eval_every=int(trainer.eval_every),
         checkpoint_every=int(trainer.checkpoint_every),
         resume=bool(trainer.resume),
@@ -327,6 +328,12 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
             f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
             "and this data set configuration has none; use trainer.selection_metric=last or "
             "give the data set a validation split."
+        )
+    if trainer.also_select_on and splits.val is None:
+        raise ConfigError(
+            f"trainer.also_select_on={list(trainer.also_select_on)} needs a validation split, and "
+            "this data set configuration has none; use trainer.also_select_on=[] or give the data "
+            "set a validation split."
         )
 
     model = build(cfg.model, "model", num_classes=splits.num_classes, input_shape=splits.input_shape)
@@ -389,6 +396,9 @@ def record_result(record: dict, result, splits, distributed) -> None:
         class_counts=splits.class_counts,
         samples=result.samples,
         processes=distributed.world_size,
+        also_selected={metric: {"best_epoch": selected["best_epoch"], "val": selected["metrics"].get("val", {}),
+                                "test": selected["metrics"].get("test", {})}
+                       for metric, selected in result.also_selected.items()},
     )
     if splits.class_groups:
         record["class_groups"] = splits.class_groups

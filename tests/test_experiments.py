@@ -4,6 +4,8 @@ the paper's sections), data sets bring their papers' protocols, explicit overrid
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from conftest import CONF, compose_config
@@ -112,7 +114,11 @@ def test_s20_cifar():
     params = sweep_params("s20_cifar")
     assert params["model"] == ["resnet18", "densenet121"] and params["augment"] == ["cutout", "mixup"]
     assert params["loss"] == ["ce", "smooth_svm", "topk_group", "topk_transition"]
-    assert params["trainer.selection_metric"] == ["val/top1", "val/top5"] and len(params["seed"]) == 10
+    assert len(params["seed"]) == 10 and "trainer.selection_metric" not in params
+    # S20 §V-A selects by val top-1 and by val top-5: one run keeps a best model for each
+    trainer = compose_job("s20_cifar").trainer
+    assert (trainer.selection_metric, list(trainer.also_select_on)) == ("val/top1", ["val/top5"])
+    assert math.prod(map(len, params.values())) == 160  # 2 models x 2 augmentations x 4 losses x 10 seeds
     for loss in ("smooth_svm", "topk_group", "topk_transition"):
         cfg = compose_job("s20_cifar", loss=loss, augment="mixup", model="densenet121")
         assert cfg.loss.k == 5 and cfg.augment.images.crop_padding == 4 and cfg.augment.mix.alpha == 1.0

@@ -226,6 +226,22 @@ def test_s20_cifar_means_counts_and_smallest_k_reaching_99(s20_cifar_sweep, tmp_
     assert "1 failed" in markdown
 
 
+def test_s20_cifar_reads_the_model_kept_by_val_top5_of_a_shared_run(tmp_path):
+    """Runs selected by val/top1 that kept the best model by val/top5 (trainer.also_select_on)
+    draw the val/top5 panel with that model's test accuracies."""
+    def shared(seed, offset):
+        kept = {"best_epoch": 9, "val": {"top5": 90.0}, "test": top_k_curve(offset)}
+        return run_record("completed", "ce", seed, test=top_k_curve(0), also_selected={"val/top5": kept},
+                          **{**S20_PANEL, "selection_metric": "val/top1"})
+
+    sweep = write_sweep(tmp_path / "sweep", [shared(0, 68), shared(1, 66)], experiment="s20_cifar")
+    table, markdown = check_files(make_figure("s20_cifar", sweep, tmp_path / "figures"))
+    assert point(table, loss="ce", k=5)["accuracy_mean"] == 72.0 and point(table, loss="ce", k=5)["n"] == 2
+    assert "models selected by val/top5 (2 runs)" in markdown and "No run with" not in markdown
+    top1, _ = check_files(make_figure("s20_cifar", sweep, tmp_path / "top1", selection="val/top1"))
+    assert point(top1, loss="ce", k=5)["accuracy_mean"] == 5.0  # the selected model's own curve
+
+
 def test_smallest_k_reaching_uses_the_mean_curve():
     points = pd.DataFrame({"loss": ["a", "a", "a", "b"], "k": [1, 2, 3, 1],
                            "accuracy_mean": [98.0, 99.0, 100.0, float("nan")]})

@@ -154,7 +154,7 @@ def test_sweeps_expand_with_hydras_parser():
     assert len(jobs) == 16 and jobs[0] == (("loss", "ce"), ("seed", 0), ("loss.p_k", [1, 0]))
     proto = protocol("s20_exp1")
     assert (len(proto.jobs), proto.seeds) == (150, 10)
-    assert (len(protocol("s20_cifar").jobs), protocol("g22_time").seeds) == (320, 1)
+    assert (len(protocol("s20_cifar").jobs), protocol("g22_time").seeds) == (160, 1)
 
 
 @pytest.mark.parametrize("experiment", [name for name in ITEMS if name != "b18_speed"])

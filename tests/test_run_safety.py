@@ -272,3 +272,13 @@ def test_a_run_recorded_under_a_renamed_key_resumes(tmp_path):
 
     assert differing_keys({"loss.class_weights": None, "seed": 0}, {"loss.weight": None, "seed": 0}) == []
     assert differing_keys({"loss.class_weights": "balanced"}, {"loss.weight": None}) == ["loss.weight"]
+
+
+def test_a_run_recorded_before_an_added_key_resumes_with_its_default():
+    """``trainer.also_select_on`` came later: a checkpoint without it trained with its default,
+    ``[]``; asking that run for another best model is another training configuration."""
+    from topk.run_dir import differing_keys
+
+    assert differing_keys({"seed": 0}, {"seed": 0, "trainer.also_select_on": []}) == []
+    assert differing_keys({"seed": 0}, {"seed": 0, "trainer.also_select_on": ["val/top5"]}) == [
+        "trainer.also_select_on"]

@@ -227,6 +227,26 @@ def test_s20_takes_top1_from_val_top1_runs_and_top5_from_val_top5_runs(tmp_path)
     assert any("top1: models selected by val/top5 (no run selected by val/top1" in n for n in table.preamble)
 
 
+def test_s20_reads_both_columns_from_one_run_per_seed(tmp_path):
+    """trainer.also_select_on=[val/top5]: each run's top-1 is its selected model's (val/top1),
+    its top-5 the model it kept by val/top5 (the record's also_selected), never the other way."""
+    keys = {"model": "resnet18", "augment": "cutout"}
+
+    def shared(seed, top1, top5):
+        kept = {"best_epoch": 7, "val": {"top5": 90.0}, "test": {"top1": 1.0, "top5": top5}}
+        return record(seed=seed, selection="val/top1", test={"top1": top1, "top5": 2.0},
+                      also_selected={"val/top5": kept}, **keys)
+
+    sweep = write_sweep(tmp_path / "s", [shared(0, 80.0, 95.0), shared(1, 78.0, 93.0)], experiment="s20_cifar")
+    table = build_table("s20_cifar", sweep_dir=sweep)
+    top1 = cell(table.tidy, model="resnet18", augment="cutout", loss="ce", metric="top1")
+    top5 = cell(table.tidy, model="resnet18", augment="cutout", loss="ce", metric="top5")
+    assert (top1["mean"], top1["n"], top5["mean"], top5["n"]) == (79.0, 2, 94.0, 2)
+    assert "top1: models selected by val/top1 (as S20)." in table.preamble
+    assert ("top5: models selected by val/top5 (as S20); in 2 run(s) the best model by it was kept beside "
+            "the selected one (trainer.also_select_on), one training run for both columns.") in table.preamble
+
+
 def test_b18_tau_reads_train_top5_at_the_best_epoch_and_hinge_is_tau_zero(tmp_path):
     history = [{"epoch": e, "train/top5": 50.0 + e, "val/top5": 40.0} for e in (1, 2, 3)]
     records = [

@@ -11,6 +11,7 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 
 from conftest import ROOT, run_cli, run_in_process
 from topk.engine import RunInterrupted, check_selection_metric
@@ -50,6 +51,40 @@ def test_each_loss_writes_a_valid_record(run_dir, loss):
     assert (run_dir / "checkpoints" / "last.pt").exists() and (run_dir / "checkpoints" / "best.pt").exists()
     assert list((run_dir / "tb").glob("*/events.out.tfevents.*"))
     assert on_disk["versions"]["torch"]
+
+
+def first_best_epoch(history: pd.DataFrame, metric: str) -> int:
+    """The first epoch with the best ``metric`` (lowest loss, else highest), as BestModel picks."""
+    values = history.set_index("epoch")[metric]
+    return int(values.idxmin() if metric.endswith("/loss") else values.idxmax())
+
+
+ALSO_SELECTED = ["dataset.val_per_class=20", "trainer.selection_metric=val/top1", "trainer.epochs=6",
+                 "optim.lr=0.3", "trainer.batch_size=64"]
+
+
+def test_also_select_on_keeps_a_best_model_per_metric_from_one_run(tmp_path):
+    """One run with trainer.also_select_on=[val/top2,val/loss] keeps, beside best.pt, the best
+    model by each of those metrics (its own file, kept by keep_checkpoints=best) and records its
+    epoch and metrics; they are what a run selecting on that metric records (S20 Table I's two
+    columns from one training run)."""
+    shared, _ = run_in_process(tmp_path / "shared", [*ALSO_SELECTED, "trainer.keep_checkpoints=best",
+                                                      "trainer.also_select_on=[val/top2,val/loss,val/top1]"])
+    record, history = read_record(tmp_path / "shared"), pd.read_csv(tmp_path / "shared" / "history.csv")
+    assert set(record["also_selected"]) == {"val/top2", "val/loss"}  # val/top1 is best.pt's own
+    checkpoints = tmp_path / "shared" / "checkpoints"
+    assert {path.name for path in checkpoints.iterdir()} == {"best.pt", "best_val_top2.pt", "best_val_loss.pt"}
+    epochs = {metric: selected["best_epoch"] for metric, selected in record["also_selected"].items()}
+    assert epochs == {metric: first_best_epoch(history, metric) for metric in epochs}
+    assert len({record["best_epoch"], *epochs.values()}) > 1, "every metric chose the same epoch: a weak test"
+    for metric, selected in record["also_selected"].items():
+        assert torch.load(checkpoints / f"best_val_{metric[4:]}.pt")["epoch"] == selected["best_epoch"]
+        row = history.set_index("epoch").loc[selected["best_epoch"]]
+        assert selected["test"]["top1"] == pytest.approx(row["test/top1"])
+        alone, _ = run_in_process(tmp_path / metric[4:], [*ALSO_SELECTED, f"trainer.selection_metric={metric}"])
+        assert (alone["best_epoch"], alone["val"], alone["test"]) == (
+            selected["best_epoch"], selected["val"], selected["test"]), metric
+    assert (shared["best_epoch"], shared["test"]) == (first_best_epoch(history, "val/top1"), record["test"])
 
 
 def test_average_k_selects_the_model_and_is_recorded(run_dir):
@@ -126,7 +161,7 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(tmp_path):
     overrides = [
         "trainer.epochs=7", "loss=topk_transition", "trainer.batch_size=128", "model=mlp",
         "dataset.val_per_class=30", "trainer.selection_metric=val/top1", "optim=sgd", "optim.lr=0.5",
-        "schedule.milestones=[2,5]",
+        "schedule.milestones=[2,5]", "trainer.also_select_on=[val/top3,val/loss]",
     ]
     whole, _ = run_in_process(tmp_path / "whole", overrides)
     with pytest.raises(RunInterrupted):
@@ -136,7 +171,7 @@ def test_resume_after_interrupt_matches_an_uninterrupted_run(tmp_path):
     assert len(pd.read_csv(tmp_path / "split" / "history.csv")) == 3
     resumed, _ = run_in_process(tmp_path / "split", [*overrides, "trainer.resume=true"])
     assert resumed["status"] == "completed"
-    for key in ("test", "val", "best_epoch"):
+    for key in ("test", "val", "best_epoch", "also_selected"):
         assert resumed[key] == whole[key], key
     whole_history = pd.read_csv(tmp_path / "whole" / "history.csv").drop(columns="seconds")
     resumed_history = pd.read_csv(tmp_path / "split" / "history.csv").drop(columns="seconds")
@@ -254,6 +289,10 @@ def test_class_weights_train_and_are_recorded(run_dir):
                   "choose k of at most 6"),
         (["dataset.val_per_class=0", "trainer.selection_metric=val/top1"], "needs a validation split"),
         (["dataset.val_per_class=0", "trainer.selection_metric=val/avg5"], "needs a validation split"),
+        (["dataset.val_per_class=0", "trainer.selection_metric=last", "trainer.also_select_on=[val/top5]"],
+         r"trainer.also_select_on=\['val/top5'\] needs a validation split"),
+        (["trainer.also_select_on=[val/top7]", "dataset.val_per_class=5"],
+         "trainer.also_select_on='val/top7' is not available in this run; choose one of last"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
         (["augment=cutout"], "crops, flips or cuts out images"),
         (["loss.weight=[1,2]"], "loss.weight must hold 6 finite non-negative weights"),
@@ -272,6 +311,7 @@ def test_bad_input_for_the_data_stops_before_training(run_dir, overrides, messag
         (["loss=topk_transition", "loss.k=0"], r"loss.k must be a whole number of at least 1, got 0\.$"),
         (["dataset.sigma=-10"], r"dataset.sigma must be a finite number of at least 0, got -10.0\.$"),
         (["trainer.selection_metric=test/top1"], r"never test/, got 'test/top1'\.$"),
+        (["trainer.also_select_on=[val/top1,test/top5]"], r"never test/, got \['val/top1', 'test/top5'\]\.$"),
         (["trainer.keep_checkpoints=last"], "trainer.keep_checkpoints must be one of all, best, none, got 'last'"),
         (["model=mlp", "model.hidden=0"], r"model.hidden must be a whole number of at least 1, got 0\.$"),
     ],

@@ -4,7 +4,10 @@
 ``settings.eval_every`` epochs, keeps the model that is best by ``settings.selection_metric``
 (:class:`BestModel`), writes ``checkpoints/last.pt`` (resume) and ``checkpoints/best.pt``
 (selected model) with ``history.csv`` (:class:`Checkpoints`), TensorBoard scalars, and finally
-evaluates the selected model on every split (:func:`final_result`).
+evaluates the selected model on every split (:func:`final_result`). Each metric of
+``settings.also_select_on`` keeps a best model of its own (``checkpoints/best_val_top5.pt`` for
+``val/top5``), evaluated at the end too: runs that would differ only in the selection metric
+(S20 Table I's columns) are one training run.
 
 Resuming (``settings.resume``) restores model, optimiser, schedule, gradient scaler, random-number
 state, history and best model from ``last.pt``; the batches of epoch ``e`` depend only on
@@ -76,6 +79,7 @@ class FitSettings:
     epochs: int
     ks: list[int] = field(default_factory=lambda: [1, 2, 3, 5, 10])
     selection_metric: str = "last"
+    also_select_on: list[str] = field(default_factory=list)  # more metrics, each with a best model of its own
     eval_every: int = 1
     checkpoint_every: int = 1
     resume: bool = False
@@ -101,6 +105,8 @@ class FitResult:
     class_samples: dict[str, list[int]]  # split -> samples of each class evaluated (all processes)
     epoch_seconds: float | None
     history: list[dict]
+    # trainer.also_select_on's metric -> {"best_epoch": ..., "metrics": split -> metric -> value}
+    also_selected: dict[str, dict] = field(default_factory=dict)
 
 
 # --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------
@@ -234,8 +240,10 @@ def metric_names(ks: list[int], groups=(), average_k: bool = True) -> list[str]:
     return names + [f"{group}_top{k}" for group in groups for k in ks]
 
 
-def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups=()) -> None:
-    """Raise unless ``metric`` is ``last`` or ``<split>/<name>`` of an evaluated split."""
+def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups=(),
+                           key: str = "trainer.selection_metric") -> None:
+    """Raise unless ``metric`` (the value of ``key``) is ``last`` or ``<split>/<name>`` of an
+    evaluated split."""
     if metric == "last":
         return
     split, _, name = metric.partition("/")
@@ -245,13 +253,15 @@ def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups
         needs_val = name not in names and name in metric_names(ks, groups)  # avg{k} without val
         reason = ", as average-k accuracies need a val split to set their threshold" if needs_val else ""
         raise ConfigError(
-            f"trainer.selection_metric={metric!r} is not available in this run{reason}; "
+            f"{key}={metric!r} is not available in this run{reason}; "
             f"choose one of {', '.join(valid[:8])}{', ...' if len(valid) > 8 else ''}."
         )
 
 
 def check_fit_settings(settings: FitSettings, splits: list[str], ks: list[int], groups=()) -> None:
     check_selection_metric(settings.selection_metric, splits, ks, groups)
+    for metric in settings.also_select_on:
+        check_selection_metric(metric, splits, ks, groups, key="trainer.also_select_on")
     if settings.epochs < 1:
         raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
 
@@ -533,11 +543,25 @@ class TrainingState:
     best: BestModel
     history: list[dict] = field(default_factory=list)  # one row per completed epoch
     epoch: int = 0  # the last completed epoch
+    also_best: list[BestModel] = field(default_factory=list)  # trainer.also_select_on's, in order
 
     def add_epoch(self, row: dict, model: torch.nn.Module) -> None:
         self.history.append(row)
         self.epoch = row["epoch"]
-        self.best.consider(row, model)
+        for best in (self.best, *self.also_best):
+            best.consider(row, model)
+
+
+def extra_metrics(settings: FitSettings) -> list[str]:
+    """``settings.also_select_on`` without repeats and without the selection metric itself
+    (whose model is ``best.pt`` already)."""
+    return [metric for metric in dict.fromkeys(settings.also_select_on) if metric != settings.selection_metric]
+
+
+def best_file_name(metric: str) -> str:
+    """The checkpoint of the best model by an extra selection metric: ``val/top5`` ->
+    ``best_val_top5.pt`` (``best.pt`` is the selection metric's)."""
+    return f"best_{metric.replace('/', '_')}.pt"
 
 
 def _atomic_save(obj, path: Path) -> None:
@@ -617,13 +641,17 @@ def _unusable(error: CheckpointError) -> str:
     return f"cannot be read ({type(cause).__name__})" if cause is not None else "was not written by this version of topk"
 
 
-def selected_weights(path: Path, checkpoint: dict, note: Callable[..., None] = log.warning) -> dict | None:
+def selected_weights(path: Path, checkpoint: dict, note: Callable[..., None] = log.warning,
+                     metric: str | None = None) -> dict | None:
     """The weights of the epoch selected so far (``checkpoint["best_epoch"]``, ``None`` before
     any): ``best.pt``'s (``path``). When ``best.pt`` is missing or unusable they are ``last.pt``'s
     own if the selected epoch is the checkpoint's (``note`` says so); if it is an earlier epoch
     no file holds them any more, and resuming is refused: a later epoch must not stand in for
-    the one the selection metric chose."""
-    best_epoch, epoch = checkpoint.get("best_epoch"), checkpoint.get("epoch")
+    the one the selection metric chose. With ``metric`` (one of ``trainer.also_select_on``), the
+    same for that metric's best model (its epoch in ``checkpoint["also_best"]``, its file ``path``)."""
+    epoch = checkpoint.get("epoch")
+    best_epoch = (checkpoint.get("best_epoch") if metric is None
+                  else checkpoint.get("also_best", {}).get(metric, {}).get("epoch"))
     if best_epoch is None:
         return None
     problem = "is missing"
@@ -638,17 +666,18 @@ def selected_weights(path: Path, checkpoint: dict, note: Callable[..., None] = l
         return checkpoint["model"]
     deleting = "" if problem == "is missing" else " (deleting it does not make the run resumable)"
     raise CheckpointError(
-        f"cannot resume {path.parent.parent}: {path}, the weights of epoch {best_epoch} that the "
-        f"selection metric chose, {problem}, and no other file holds them; put back a good copy of "
-        f"best.pt, or start a new run in another directory{deleting}."
+        f"cannot resume {path.parent.parent}: {path}, the weights of epoch {best_epoch} that "
+        f"{metric or 'the selection metric'} chose, {problem}, and no other file holds them; put "
+        f"back a good copy of {path.name}, or start a new run in another directory{deleting}."
     )
 
 
 class Checkpoints:
     """A run's ``checkpoints/last.pt`` (what a resume needs, and the run's flat ``config``, which
-    :mod:`topk.run_dir` compares with a resume's), ``checkpoints/best.pt`` (the selected model)
-    and ``history.csv``. Every process calls :meth:`save` (the random states of all are gathered);
-    only rank 0 writes."""
+    :mod:`topk.run_dir` compares with a resume's), ``checkpoints/best.pt`` (the selected model),
+    ``checkpoints/best_<split>_<metric>.pt`` (the best model by each ``trainer.also_select_on``
+    metric, :func:`best_file_name`) and ``history.csv``. Every process calls :meth:`save` (the
+    random states of all are gathered); only rank 0 writes."""
 
     def __init__(self, run_dir: Path, model, optimizer, scheduler, precision: MixedPrecision,
                  distributed: Distributed = SINGLE_PROCESS, config: dict | None = None):
@@ -674,9 +703,20 @@ class Checkpoints:
         restore_rng(checkpoint, self.distributed)
         best_state = selected_weights(self.best, checkpoint)
         best = BestModel(state.best.metric, checkpoint["best_epoch"], checkpoint["best_value"], best_state)
+        also_best = [self.restored_best(extra.metric, checkpoint) for extra in state.also_best]
         self.saved_epoch = checkpoint["epoch"]
         log.info("resumed from %s after epoch %d", self.last, self.saved_epoch)
-        return TrainingState(best, checkpoint["history"], checkpoint["epoch"])
+        return TrainingState(best, checkpoint["history"], checkpoint["epoch"], also_best)
+
+    def restored_best(self, metric: str, checkpoint: dict) -> BestModel:
+        """The best model by the extra selection metric ``metric`` as ``last.pt`` remembers it."""
+        remembered = checkpoint.get("also_best", {}).get(metric, {})
+        weights = selected_weights(self.path(metric), checkpoint, metric=metric)
+        return BestModel(metric, remembered.get("epoch"), remembered.get("value"), weights)
+
+    def path(self, metric: str | None) -> Path:
+        """``best.pt`` for the selection metric (``None``), else ``metric``'s own file."""
+        return self.best if metric is None else self.best.with_name(best_file_name(metric))
 
     def save(self, state: TrainingState, tensorboard=None) -> None:
         """Write ``last.pt`` and ``history.csv`` (and ``best.pt`` when a better model came since
@@ -689,21 +729,29 @@ class Checkpoints:
         if self.distributed.is_main:
             if state.best.unsaved:
                 self.save_best(state.best)
+            for extra in state.also_best:
+                if extra.unsaved:
+                    self.save_best(extra, extra.metric)
             _atomic_save({
                 "format": CHECKPOINT_FORMAT, "epoch": state.epoch, "model": unwrap(self.model).state_dict(),
                 "grad_scaler": self.precision.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng["cpu"], "cuda_rng": rng["cuda"],
                 "rank_rng": rank_rng, "history": state.history, "best_epoch": state.best.epoch,
                 "best_value": state.best.value, "config": self.config,
+                "also_best": {extra.metric: {"epoch": extra.epoch, "value": extra.value} for extra in state.also_best},
             }, self.last)
             write_history(self.run_dir, state.history)
         if tensorboard is not None:
             tensorboard.flush()
-        state.best.unsaved, self.saved_epoch = False, state.epoch
+        for best in (state.best, *state.also_best):
+            best.unsaved = False
+        self.saved_epoch = state.epoch
 
-    def save_best(self, best: BestModel) -> None:
+    def save_best(self, best: BestModel, metric: str | None = None) -> None:
+        """Write ``best``'s weights to ``best.pt``, or to the file of the extra selection
+        ``metric``."""
         if self.distributed.is_main:
-            _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best.epoch, "model": best.state}, self.best)
+            _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best.epoch, "model": best.state}, self.path(metric))
 
 
 # --- progress bar, TensorBoard --------------------------------------------------------------------
@@ -753,7 +801,8 @@ def fit(
     evaluate_all = partial(evaluate_splits, eval_model, loss_fn, eval_batches, ks, num_classes, groups,
                            precision, distributed, settings.eval_scores)
     checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config)
-    state = TrainingState(BestModel(settings.selection_metric))
+    state = TrainingState(BestModel(settings.selection_metric),
+                          also_best=[BestModel(metric) for metric in extra_metrics(settings)])
     state = checkpoints.restore(state) if settings.resume else state
     check_resume_epochs(run_dir, state.epoch, settings.epochs)
     tensorboard = open_tensorboard(run_dir, settings, distributed, state.epoch)
@@ -798,18 +847,35 @@ def fit(
             tensorboard.close()
 
 
-def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate_all) -> FitResult:
-    """Select the model (the best by the selection metric; the last one for ``last`` or when no
-    epoch was evaluated), write it to ``best.pt``, load it into ``model`` and evaluate it on
-    every split (``evaluate_all``: :func:`evaluate_splits` with its arguments)."""
-    best = state.best
-    if best.metric == "last" or best.state is None:
-        best.epoch, best.state = state.epoch, copy.deepcopy(unwrap(model).state_dict())
-    checkpoints.save_best(best)
+def evaluate_selected(model, best: BestModel, save: Callable[[BestModel], None], evaluate_all) -> dict:
+    """``save`` ``best``, load it into ``model`` and evaluate it on every split (``evaluate_all``:
+    :func:`evaluate_splits` with its arguments); returns :func:`evaluate_splits`'s result, whose
+    losses must be finite (:func:`check_finite_metrics`)."""
+    save(best)
     unwrap(model).load_state_dict(best.state)
     evaluations = evaluate_all()
+    check_finite_metrics({split: split_metrics for split, (split_metrics, _) in evaluations.items()})
+    return evaluations
+
+
+def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate_all) -> FitResult:
+    """Select the models: the best by the selection metric and by each ``trainer.also_select_on``
+    metric (the last one for ``last`` or when no epoch was evaluated); evaluate each extra one
+    (written to its own file), then the selected one (written to ``best.pt``), which stays loaded
+    in ``model``. S20 §V-A: "We evaluated the test accuracies of models both for early-stopping
+    by top-1 validation accuracy and by top-5 validation accuracy": one run, a model for each."""
+    for best in (state.best, *state.also_best):
+        if best.metric == "last" or best.state is None:
+            best.epoch, best.state = state.epoch, copy.deepcopy(unwrap(model).state_dict())
+    also_selected = {}
+    for extra in state.also_best:
+        evaluations = evaluate_selected(model, extra, partial(checkpoints.save_best, metric=extra.metric),
+                                        evaluate_all)
+        also_selected[extra.metric] = {"best_epoch": extra.epoch, "metrics": {
+            split: split_metrics for split, (split_metrics, _) in evaluations.items()}}
+    best = state.best
+    evaluations = evaluate_selected(model, best, checkpoints.save_best, evaluate_all)
     metrics = {split: split_metrics for split, (split_metrics, _) in evaluations.items()}
-    check_finite_metrics(metrics)
     seconds = [row["seconds"] for row in state.history if math.isfinite(row["seconds"])]
     return FitResult(
         best_epoch=best.epoch,
@@ -820,4 +886,5 @@ def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate
         class_samples={split: counts.totals.tolist() for split, (_, counts) in evaluations.items()},
         epoch_seconds=statistics.median(seconds) if seconds else None,
         history=state.history,
+        also_selected=also_selected,
     )

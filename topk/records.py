@@ -175,6 +175,22 @@ def validate_results(record: Mapping) -> None:
         for name, value in record[split].items():
             if not isinstance(value, (int, float, type(None))):
                 raise ValueError(f"results.json {split}/{name} is not a number or null")
+    validate_also_selected(record.get("also_selected", {}))
+
+
+def validate_also_selected(also_selected) -> None:
+    """Raise ``ValueError`` unless ``also_selected`` (optional: the best model by each
+    ``trainer.also_select_on`` metric) maps each metric to ``best_epoch`` and its ``val`` and
+    ``test`` metrics, as the record's own keys are."""
+    if not isinstance(also_selected, dict):
+        raise ValueError("results.json key 'also_selected' is not a mapping")
+    for metric, selected in also_selected.items():
+        if not isinstance(selected, dict) or not isinstance(selected.get("best_epoch"), (int, type(None))):
+            raise ValueError(f"results.json also_selected[{metric!r}] lacks an integer best_epoch")
+        for split in ("val", "test"):
+            values = selected.get(split)
+            if not isinstance(values, dict) or not all(isinstance(v, (int, float, type(None))) for v in values.values()):
+                raise ValueError(f"results.json also_selected[{metric!r}] {split} is not a mapping of numbers")
 
 
 def write_results(run_dir: Path, record: Mapping) -> Path:

@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -97,14 +98,18 @@ def unwritable_reason(directory: Path) -> str | None:
 
 # Keys renamed since a run was recorded: its old name -> the name compared now.
 RENAMED_KEYS = {"loss.class_weights": "loss.weight"}
+# Keys added since: a config remembered without one had the value it now defaults to.
+ADDED_KEYS = {"trainer.also_select_on": []}
 
 
 def differing_keys(remembered: Mapping, params: Mapping) -> list[str]:
     """The keys whose values differ between two flat configs, harmless keys left out (a run
-    recorded under a key's old name, :data:`RENAMED_KEYS`, is compared under the new one)."""
+    recorded under a key's old name, :data:`RENAMED_KEYS`, is compared under the new one; a key
+    one side lacks that was added since, :data:`ADDED_KEYS`, has its default there)."""
     remembered = {RENAMED_KEYS.get(key, key): value for key, value in remembered.items()}
     keys = sorted((set(remembered) | set(params)) - HARMLESS_KEYS)
-    return [key for key in keys if remembered.get(key, _MISSING) != params.get(key, _MISSING)]
+    return [key for key in keys if remembered.get(key, ADDED_KEYS.get(key, _MISSING))
+            != params.get(key, ADDED_KEYS.get(key, _MISSING))]
 
 
 def record_status(run_dir: Path) -> str | None:
@@ -150,8 +155,9 @@ def finished_without_checkpoint(run_dir: Path) -> bool:
     return record_status(run_dir) == "completed" and not (Path(run_dir) / "checkpoints" / "last.pt").exists()
 
 
-# What a completed run keeps of its checkpoints, by ``trainer.keep_checkpoints``.
-KEPT_CHECKPOINTS = {"all": {"last.pt", "best.pt"}, "best": {"best.pt"}, "none": set()}
+# What a completed run keeps of its checkpoints, by ``trainer.keep_checkpoints`` (file name
+# patterns: ``best*.pt`` is ``best.pt`` and the best model of each ``trainer.also_select_on`` metric).
+KEPT_CHECKPOINTS = {"all": ("last.pt", "best*.pt"), "best": ("best*.pt",), "none": ()}
 
 
 def prune_checkpoints(run_dir: Path, keep: str) -> None:
@@ -159,7 +165,7 @@ def prune_checkpoints(run_dir: Path, keep: str) -> None:
     :data:`KEPT_CHECKPOINTS`) does not keep; the records (results, history, TensorBoard) stay."""
     directory = Path(run_dir) / "checkpoints"
     for path in directory.glob("*.pt"):
-        if path.name not in KEPT_CHECKPOINTS[keep]:
+        if not any(fnmatch.fnmatch(path.name, kept) for kept in KEPT_CHECKPOINTS[keep]):
             path.unlink()
     if directory.is_dir() and not any(directory.iterdir()):
         directory.rmdir()

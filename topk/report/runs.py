@@ -171,6 +171,29 @@ def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
                       f"point --sweep-dir at a sweep of {command}.")
 
 
+def selected_by(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The runs as selected by ``metric`` (``val/top5``): a run whose selection metric is another
+    one but which kept the best model by ``metric`` too (``trainer.also_select_on``, the record's
+    ``also_selected``) gets that model's ``best_epoch``, ``val.*`` and ``test.*`` in place of its
+    selected model's, and ``selection_metric = metric`` (its per-class accuracies, which are the
+    selected model's, are left out); other runs stay as they are. One training run thus gives a
+    column per selection metric (S20 Table I)."""
+    prefix = f"also_selected.{metric}."
+    extra = [name for name in runs.columns if name.startswith(prefix)]
+    shared = runs[extra].notna().any(axis=1).to_numpy(dtype=bool) if extra else None
+    if shared is None or not shared.any():
+        return runs
+    out = runs.copy()
+    replaced = [name for name in out.columns if name.startswith(("val.", "test.", "test_per_class."))]
+    out.loc[shared, replaced] = None
+    for name in extra:
+        target = name[len(prefix):]
+        out[target] = column(out, target)
+        out.loc[shared, target] = runs.loc[shared, name]
+    out.loc[shared, "selection_metric"] = metric
+    return out
+
+
 def read_history(run_dir) -> pd.DataFrame | None:
     """A run's ``history.csv``; ``None`` if it is missing, empty or corrupt."""
     try:

@@ -35,6 +35,7 @@ from topk.report.runs import (
     objects,
     read_history,
     read_sweep,
+    selected_by,
 )
 from topk.report.tuning import TUNED_TABLES, tuned_table
 from topk.report.verdicts import (
@@ -217,19 +218,34 @@ def g22_time_paper(paper: pd.DataFrame) -> pd.DataFrame:
     return rows
 
 
+def s20_test(metric: str) -> Callable[[pd.DataFrame], pd.Series]:
+    """``test.<metric>`` of each run's model selected by ``val/<metric>``: its selected model, or
+    the one it kept by ``trainer.also_select_on`` (:func:`topk.report.runs.selected_by`). S20
+    §V-A: "We evaluated the test accuracies of models both for early-stopping by top-1
+    validation accuracy and by top-5 validation accuracy"."""
+    return lambda runs: column(selected_by(runs, f"val/{metric}"), f"test.{metric}")
+
+
 def s20_uses(runs: pd.DataFrame, metric: str) -> pd.Series:
-    """S20 selects by val top-1 for its top-1 column and by val top-5 for its top-5 column; a
-    sweep lacking that selection falls back to every run."""
-    selected = runs["selection_metric"] == f"val/{metric}"
+    """S20 selects by val top-1 for its top-1 column and by val top-5 for its top-5 column: the
+    runs with a model selected by ``val/<metric>``, as selected or kept beside it; a sweep
+    lacking that selection falls back to every run."""
+    selected = selected_by(runs, f"val/{metric}")["selection_metric"] == f"val/{metric}"
     return selected if selected.any() else pd.Series(True, index=runs.index)
 
 
 def s20_notes(runs: pd.DataFrame) -> list[str]:
     have = " and ".join(sorted(set(runs["selection_metric"]) - {None})) or "nothing"
-    return [f"{metric}: models selected by val/{metric} (as S20)."
-            if (runs["selection_metric"] == f"val/{metric}").any() else
-            f"{metric}: models selected by {have} (no run selected by val/{metric} in this sweep)."
-            for metric in ("top1", "top5")]
+    notes = []
+    for metric in ("top1", "top5"):
+        selection = f"val/{metric}"
+        chosen = selected_by(runs, selection)["selection_metric"] == selection
+        kept = int((chosen & (runs["selection_metric"] != selection)).sum())
+        shared = (f"; in {kept} run(s) the best model by it was kept beside the selected one "
+                  "(trainer.also_select_on), one training run for both columns" if kept else "")
+        notes.append(f"{metric}: models selected by {selection} (as S20){shared}." if chosen.any() else
+                     f"{metric}: models selected by {have} (no run selected by {selection} in this sweep).")
+    return notes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,7 +303,7 @@ ZOO_TABLE = dict(rows=LOSS, metrics={m: f"test.{m}" for m in ZOO_METRICS}, notes
 TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
     TableSpec(id="s20_cifar", title="S20 Table I: CIFAR-100, test accuracy (%)",
               paper="s20_table1_cifar100", rows={"model": "model", "augment": "augment", **LOSS},
-              metrics={m: f"test.{m}" for m in TEST15}, uses=s20_uses, notes=s20_notes),
+              metrics={m: s20_test(m) for m in TEST15}, uses=s20_uses, notes=s20_notes),
     TableSpec(id="b18_cifar_noise", paper="b18_table1_cifar100_noise", rows=NOISE, columns=LOSS,
               title="B18 Table 1: CIFAR-100 with label noise p, test accuracy (%)" + AVG_NOTE,
               metrics={m: f"test.{m}" for m in (*TEST15, *AVG15)},

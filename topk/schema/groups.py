@@ -16,6 +16,7 @@ training split's class counts (:mod:`topk.losses.weights`).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -62,6 +63,10 @@ class TrainerSchema:
     selection_metric: str = matching(
         r"last|val/\w+", "last or a validation metric val/<metric> (e.g. val/top5); never test/"
     )
+    also_select_on: list[str] = anything(
+        "a list of validation metrics val/<metric> (e.g. [val/top5]), possibly empty; never test/",
+        lambda value: isinstance(value, Sequence) and not isinstance(value, str)
+        and all(isinstance(item, str) and re.fullmatch(r"val/\w+", item) for item in value))
     resume: bool = flag()
     eval_every: int = whole(1)
     checkpoint_every: int = whole(1)
