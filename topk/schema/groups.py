@@ -189,6 +189,7 @@ class LinearSchema(ModelSchema):
 @dataclass
 class MLPSchema(ModelSchema):
     hidden: int = whole(1)
+    bias: bool = flag()
 
 
 @dataclass
