@@ -7,9 +7,12 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
+from hydra.utils import instantiate
 
 from conftest import CONF, compose_config
 from topk.hydra_callbacks import sweep_values
+from topk.report.protocol import protocol
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 PAPER_ITEMS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",
@@ -209,12 +212,49 @@ def test_g22_time():
 
 P22_GRID = [[1, 0, 0, 0, 0], [0, 0, 0, 0, 1], [0.5, 0, 0, 0, 0.5], [0.25, 0, 0, 0, 0.75],
             [0.1, 0, 0, 0, 0.9], [0.2, 0.2, 0.2, 0.2, 0.2]]
+P22_SORTERS = ("neuralsort", "softsort", "bitonic", "splitter_selection")
+
+
+def p22_job_method(params: dict) -> tuple:
+    """What a P22 job trains, from its flat composed config: the loss (read off its target) and
+    its parameters (sorter, p_K, m; k, tau, alpha)."""
+    loss = params["loss._target_"].rsplit(".", 1)[-1]
+    if loss == "DiffSortTopKCrossEntropyLoss":
+        return loss, params["loss.sorter"], tuple(params["loss.p_k"]), params["loss.m"]
+    if loss == "SmoothTopKSVM":
+        return loss, params["loss.k"], params["loss.tau"], params["loss.alpha"]
+    return (loss,)
+
+
+@pytest.mark.parametrize("experiment, m", [("p22_cifar", None), ("p22_imagenet", 16)])
+def test_p22_sweeps_run_each_of_p22s_methods_once(experiment, m):
+    """difftopk's README: cross-entropy with p_K = [1, 0, 0, 0, 0] alone, the smooth top-5 SVM
+    (tau = 1) with [0, 0, 0, 0, 1] alone, and each sorter with the other five p_K: 22 distinct
+    jobs, every option of conf/p22_method/ once."""
+    proto = protocol(experiment)  # the jobs as the report's protocol check composes them
+    methods = [dict(job)["p22_method"] for job in proto.jobs]
+    assert sorted(methods) == sorted(path.stem for path in (CONF / "p22_method").glob("*.yaml"))
+    trained = [p22_job_method(proto.params(job)) for job in proto.jobs]
+    expected = [("CrossEntropyLoss",), ("SmoothTopKSVM", 5, 1.0, 1.0)] + [
+        ("DiffSortTopKCrossEntropyLoss", sorter, tuple(p_k), m) for sorter in P22_SORTERS for p_k in P22_GRID[1:]]
+    assert sorted(trained, key=str) == sorted(expected, key=str)
+
+
+def test_p22_cross_entropy_row_is_torchs_cross_entropy_over_every_class():
+    """P22's scripts run torch.nn.CrossEntropyLoss for p_K = [1, 0, 0, 0, 0], untruncated; the
+    top-m = 16 loss that p22_imagenet ran for that row before gives 14.09 on these scores, where
+    cross-entropy gives 16.86."""
+    generator = torch.Generator().manual_seed(0)
+    scores, labels = 5 * torch.randn(64, 1000, generator=generator), torch.randint(0, 1000, (64,), generator=generator)
+    for experiment in ("p22_cifar", "p22_imagenet"):
+        loss = instantiate(compose_job(experiment, p22_method="ce").loss)
+        torch.testing.assert_close(loss(scores, labels), torch.nn.functional.cross_entropy(scores, labels))
+    truncated = instantiate(compose_job("p22_imagenet", p22_method="neuralsort_mix50").loss, p_k=[1, 0, 0, 0, 0])
+    assert truncated.m == 16 and float(truncated(scores, labels)) < float(loss(scores, labels)) - 0.5
 
 
 def test_p22_cifar_runs_p22s_cifar100_script():
-    params = sweep_params("p22_cifar")
-    assert params["loss.sorter"] == ["neuralsort", "softsort", "bitonic"] and params["loss.p_k"] == P22_GRID
-    cfg = compose_job("p22_cifar", **{"loss.sorter": "bitonic"})
+    cfg = compose_job("p22_cifar", p22_method="bitonic_mix50")
     assert cfg.model.name == "resnet18" and cfg.model.keep_maxpool and cfg.model.head == "linear"
     assert cfg.optim._target_ == "torch.optim.Adam" and cfg.optim.lr == 1e-3 and cfg.optim.weight_decay == 0
     assert list(cfg.schedule.milestones) == [] and (cfg.trainer.epochs, cfg.trainer.batch_size) == (200, 128)
@@ -222,21 +262,23 @@ def test_p22_cifar_runs_p22s_cifar100_script():
     assert cfg.augment.images.crop_padding == 4 and cfg.augment.images.flip
     assert (cfg.loss.top1_mode, cfg.loss.m, cfg.loss.steepness) == ("smce", None, 0.5)
     assert (cfg.loss.distribution, cfg.loss.art_lambda) == ("logistic_phi", 0.5)
+    assert compose_job("p22_cifar", p22_method="splitter_selection_top5").loss.steepness == 0.5
     for sorter in ("neuralsort", "softsort"):
-        assert compose_job("p22_cifar", **{"loss.sorter": sorter}).loss.steepness == 0.0625
+        assert compose_job("p22_cifar", p22_method=f"{sorter}_uniform").loss.steepness == 0.0625
     assert compose_job("p22_cifar", **{"loss.steepness": 2}).loss.steepness == 2  # the command line wins
+    assert compose_job("p22_cifar").p22_method == "bitonic_uniform"  # a run without -m
 
 
 def test_p22_imagenet_runs_p22s_embedding_script():
-    params = sweep_params("p22_imagenet")
-    assert params["loss.sorter"] == ["neuralsort", "softsort", "bitonic"] and params["loss.p_k"] == P22_GRID
-    cfg = compose_job("p22_imagenet", **{"loss.sorter": "neuralsort"})
+    cfg = compose_job("p22_imagenet", p22_method="neuralsort_mix25")
     assert cfg.dataset._target_.endswith("embeddings") and cfg.dataset.val_size == 50000
     assert cfg.model._target_.endswith("LinearClassifier") and cfg.model.bias
     assert cfg.optim._target_ == "torch.optim.Adam" and cfg.optim.lr == pytest.approx(10 ** -4.5)
     assert (cfg.trainer.epochs, cfg.trainer.batch_size) == (20, 500)
     assert (cfg.loss.m, cfg.loss.top1_mode, cfg.loss.steepness) == (16, "sm", 0.5)
-    assert compose_job("p22_imagenet", **{"loss.sorter": "bitonic"}).loss.steepness == 1.0
+    for sorter in ("bitonic", "splitter_selection"):
+        assert compose_job("p22_imagenet", p22_method=f"{sorter}_mix10").loss.steepness == 1.0
+    assert compose_job("p22_imagenet", p22_method="smooth_svm").loss.tau == 1.0  # not ImageNet's 0.1 of B18
 
 
 @pytest.mark.parametrize("experiment,dataset,seeds", [("zoo_cifar100", "cifar", 2), ("zoo_plantnet", "plantnet", 3)])

@@ -28,7 +28,7 @@ FAMILIES = {
     "g22_plantnet": ["k=3", "loss=noised_imbal"],
     "g22_imagenet_lt": ["loss=ldam"],
     "g22_time": ["k=5", "loss=noised_bal", "n_samples=3"],
-    "p22_imagenet": ["loss.sorter=neuralsort", "loss.p_k=[0.5,0,0,0,0.5]", "dataset.val_size=48"],
+    "p22_imagenet": ["p22_method=neuralsort_mix50", "dataset.val_size=48"],
     "zoo_plantnet": ["loss=diffsort_topk_ce"],
 }
 

@@ -448,19 +448,27 @@ def test_every_published_number_stands_in_its_cell(tmp_path, table_id):
 
 
 def test_p22_takes_test_top1_and_top5_each_at_its_own_best_validation_epoch(tmp_path):
+    """P22's methods as its sweep runs them: cross-entropy (its p_K = (1, 0, 0, 0, 0) row), the
+    smooth top-5 SVM (its (0, 0, 0, 0, 1) row), each sorter a column."""
     history = [{"epoch": 1, "val/top1": 30.0, "val/top5": 60.0, "test/top1": 29.0, "test/top5": 58.0},
                {"epoch": 2, "val/top1": 35.0, "val/top5": 59.0, "test/top1": 33.0, "test/top5": 57.0},
                {"epoch": 3, "val/top1": 35.0, "val/top5": 58.0, "test/top1": 34.0, "test/top5": 56.0}]
-    grid = ([1, 0, 0, 0, 0], [0.5, 0, 0, 0, 0.5])
+    grid = ([0, 0, 0, 0, 1], [0.5, 0, 0, 0, 0.5])
     records = [record(loss="diffsort_topk_ce", params={"loss.p_k": p_k, "loss.sorter": sorter},
-                      test={"top1": 0.0, "top5": 0.0}) for p_k in grid for sorter in ("neuralsort", "bitonic")]
-    sweep = write_sweep(tmp_path / "s", records, histories=[history] * 4, experiment="p22_cifar")
+                      test={"top1": 0.0, "top5": 0.0}) for p_k in grid for sorter in ("bitonic", "neuralsort")]
+    records += [record(loss="smooth_svm", params={"loss.k": 5, "loss.tau": 1.0}, test={"top1": 0.0, "top5": 0.0}),
+                record(loss="ce", test={"top1": 0.0, "top5": 0.0})]
+    sweep = write_sweep(tmp_path / "s", records, histories=[history] * 6, experiment="p22_cifar")
     table = build_table("p22_cifar", sweep_dir=sweep)
-    top1 = cell(table.tidy, p_K="(0.5, 0, 0, 0, 0.5)", sorter="bitonic", metric="top1")
+    top1 = cell(table.tidy, p_K="(0.5, 0, 0, 0, 0.5)", method="bitonic", metric="top1")
     assert top1["mean"] == 33.0 and math.isnan(top1["paper"])  # the first epoch with the best val top-1
-    assert cell(table.tidy, p_K="(1, 0, 0, 0, 0)", sorter="neuralsort", metric="top5")["mean"] == 58.0
+    assert cell(table.tidy, p_K="(0, 0, 0, 0, 1)", method="neuralsort", metric="top5")["mean"] == 58.0
+    assert cell(table.tidy, p_K="(1, 0, 0, 0, 0)", method="ce", metric="top5")["mean"] == 58.0
+    assert cell(table.tidy, p_K="(0, 0, 0, 0, 1)", method="smooth_svm", metric="top1")["mean"] == 33.0
     assert [caption for caption, _ in table.sections] == ["top1", "top5"]
-    assert list(table.sections[0][1].index) == ["(1, 0, 0, 0, 0)", "(0.5, 0, 0, 0, 0.5)"]  # P22's order
+    top1_section = table.sections[0][1]  # P22's order of p_K, then of methods
+    assert list(top1_section.index) == ["(1, 0, 0, 0, 0)", "(0, 0, 0, 0, 1)", "(0.5, 0, 0, 0, 0.5)"]
+    assert list(dict.fromkeys(top1_section.columns.get_level_values(0))) == ["ce", "smooth_svm", "neuralsort", "bitonic"]
 
 
 def test_zoo_ranks_every_loss_best_top5_first(tmp_path):

@@ -55,9 +55,9 @@ ITEMS = {
     "g22_imagenet_lt": ("G22 preprint §4.5.2 (no published numbers)",
                         "ImageNet and the ImageNet-LT lists", "8,800 h (24 runs)"),
     "p22_cifar": ("P22 Tables 1, 4 (published numbers not on file)", "CIFAR-100",
-                  "365 h (18 runs)"),
-    "p22_imagenet": ("P22 Table 2 (published numbers not on file)", "P22's ImageNet embeddings",
-                     "tens of hours (18 runs, not timed)"),
+                  "450 h (22 runs)"),
+    "p22_imagenet": ("P22 Tables 2, 3, ImageNet-1K (published numbers not on file)",
+                     "P22's ImageNet embeddings", "tens of hours (22 runs, not timed)"),
     "zoo_cifar100": ("every loss on CIFAR-100", "CIFAR-100", "30,900 h (28 runs)"),
     "zoo_plantnet": ("every loss on Pl@ntNet-300K", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
                      "22,500 h (42 runs)")}

@@ -156,9 +156,29 @@ def distribution_text(p_k) -> str | None:
     return None if p_k is None else "(" + ", ".join(f"{float(v):g}" for v in p_k) + ")"
 
 
+def p22_p_k(loss, p_k, k) -> tuple | None:
+    """A run's p_K in P22's tables: its top-k cross-entropy's ``p_k``; cross-entropy is P22's
+    p_K = (1, 0, 0, 0, 0) row and the smooth top-k SVM its one-hot p_K of k (P22's scripts
+    assert p_K = [0, 0, 0, 0, 1] for it, k = len(p_K) = 5)."""
+    if loss == "ce":
+        return (1, 0, 0, 0, 0)
+    if loss == "smooth_svm" and number(k) is not None:
+        return (0,) * (int(k) - 1) + (1,)
+    return p_k
+
+
 def p22_distribution(runs: pd.DataFrame) -> pd.Series:
-    """P22's top-k distribution p_K of each run."""
-    return objects(map(distribution_text, column(runs, "params.loss.p_k")), runs.index)
+    """P22's top-k distribution p_K of each run (:func:`p22_p_k`)."""
+    return objects((distribution_text(p22_p_k(*values)) for values in
+                    zip(runs["loss"], column(runs, "params.loss.p_k"), column(runs, "params.loss.k"))),
+                   runs.index)
+
+
+def p22_method(runs: pd.DataFrame) -> pd.Series:
+    """P22's method of each run, a column of its tables: the sorter of its top-k cross-entropy,
+    else its loss (``ce``, ``smooth_svm``)."""
+    return objects((sorter if loss == "diffsort_topk_ce" else loss
+                    for loss, sorter in zip(runs["loss"], column(runs, "params.loss.sorter"))), runs.index)
 
 
 def zoo_ranks(runs: pd.DataFrame) -> list[str]:
@@ -295,8 +315,10 @@ G22_PLANTNET_LOSSES = ("ce", "smooth_svm", "noised_bal", "focal", "ldam", "noise
 ZOO_METRICS = ("top1", "top5", "macro_top5", "avg5")
 P22_GRID = ((1, 0, 0, 0, 0), (0, 0, 0, 0, 1), (.5, 0, 0, 0, .5), (.25, 0, 0, 0, .75), (.1, 0, 0, 0, .9),
             (.2, .2, .2, .2, .2))  # P22's p_K, in its order
-P22_TABLE = dict(rows={"p_K": p22_distribution}, columns={"sorter": "params.loss.sorter"},
+P22_METHODS = ("ce", "smooth_svm", "neuralsort", "softsort", "bitonic", "splitter_selection")
+P22_TABLE = dict(rows={"p_K": p22_distribution}, columns={"method": p22_method},
                  row_order=tuple((distribution_text(p_k),) for p_k in P22_GRID),
+                 column_order=tuple((method,) for method in P22_METHODS),
                  metrics={m: test_at_best_val_epoch(m) for m in TEST15}, split_metrics=True)
 ZOO_TABLE = dict(rows=LOSS, metrics={m: f"test.{m}" for m in ZOO_METRICS}, notes=zoo_ranks,
                  rank_rows_by="top5", fields=("ours",))
@@ -350,8 +372,9 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               sampling={"ratio_to_ce": TIME_RATIO}),
     TableSpec(id="p22_cifar", title="P22 Tables 1, 4: CIFAR-100, test top-1 and top-5 accuracy (%), "
               "each at its best validation epoch (P22's numbers are not on file)", **P22_TABLE),
-    TableSpec(id="p22_imagenet", title="P22 Table 2: ImageNet-1K embeddings, test top-1 and top-5 "
-              "accuracy (%), each at its best validation epoch (P22's numbers are not on file)",
+    TableSpec(id="p22_imagenet", title="P22 Tables 2, 3 (ImageNet-1K): ImageNet-1K embeddings, test "
+              "top-1 and top-5 accuracy (%), each at its best validation epoch (P22's numbers are not "
+              "on file)",
               **P22_TABLE),
     TableSpec(id="zoo_cifar100", title="Every loss on CIFAR-100 (G22's DenseNet 40-40 protocol, "
               "K = 5): test accuracy (%)", **ZOO_TABLE),

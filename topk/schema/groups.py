@@ -99,6 +99,8 @@ class TrainSchema:
     n_samples: int | None = whole(1, null="the loss's own")  # g22_time's swept B
     p22_steepness: dict[str, float] | None = anything(  # P22's sorter steepness, per sorter
         "a mapping from sorter to steepness", lambda value: value is None or isinstance(value, dict))
+    p22_top_m: int | None = whole(2, null="no truncation")  # the m of P22's top-k methods (p22_*)
+    p22_method: str | None = text("a P22 method, one of conf/p22_method/", null="not a P22 method")  # its name
     trainer: TrainerSchema = field(default_factory=TrainerSchema)
     dataset: Any = None
     model: Any = None
@@ -109,7 +111,7 @@ class TrainSchema:
     logger: Any = None
 
 
-OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness")  # top-level keys only some configs have
+OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness", "p22_top_m", "p22_method")  # top-level keys only some configs have
 
 
 # ---- loss (topk/losses/) -------------------------------------------------------------------------
