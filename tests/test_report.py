@@ -301,7 +301,7 @@ def test_page_of_nothing_says_no_runs_yet_and_explains_every_status(tmp_path):
     assert errors == [] and page.status == {item: "none" for item in ITEMS}
     assert all(label in text for label in STATUS.values())
     assert "make sweep-g22_plantnet</code>, then <code>make table-g22_plantnet" in text
-    assert "Pl@ntNet-300K and ResNet-50 ImageNet weights" in text and "24,900 h" in text
+    assert "Pl@ntNet-300K and ResNet-50 ImageNet weights" in text and "12,400 h (160 runs)" in text
 
 
 def test_items_are_the_readmes_paper_results_rows():

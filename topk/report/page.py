@@ -41,7 +41,7 @@ ITEMS = {
     "s20_exp1": ("S20 Fig. 2 (synthetic)", "none", "about 100 s"),
     "s20_exp2": ("S20 Fig. 3 (synthetic)", "none", "about 100 s"),
     "s20_exp3": ("S20 Fig. 4 (synthetic)", "none", "about 120 s"),
-    "s20_cifar": ("S20 Table I, Fig. 6", "CIFAR-100", "24,900 h (320 runs)"),
+    "s20_cifar": ("S20 Table I, Fig. 6", "CIFAR-100", "12,400 h (160 runs)"),
     "b18_cifar_noise": ("B18 Table 1", "CIFAR-100", "18,800 h (36 runs)"),
     "b18_imagenet": ("B18 Table 2", "ImageNet", "13,900 h (10 runs)"),
     "b18_tau": ("B18 Table 6, Fig. 2a", "CIFAR-100", "740 h (14 runs)"),
