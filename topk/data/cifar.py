@@ -4,10 +4,10 @@ Files: ``<root>/cifar-100-python/{train,test,meta}``, pickled dicts with bytes k
 [N, 3072] uint8 (row-major, the 1024 red values, then green, then blue), ``b"fine_labels"``,
 ``b"coarse_labels"``; ``meta`` holds ``b"fine_label_names"`` and ``b"coarse_label_names"``.
 
-Protocol (B18 §5.1, G22 §4.2; docs/design.md §6): the 50,000 training images give 45,000 for training and a held-out
-validation set of ``val_size`` (5,000) images, balanced per class, chosen by a generator seeded
-with ``split_seed`` (not the run seed) so every run sees the same validation set; the 10,000 test
-images are the test set.
+Protocol (B18 §5.1, G22 §4.4; docs/design.md §6): the 50,000 training images give 45,000 for
+training and a held-out validation set of ``val_size`` (5,000) images, balanced per class, chosen
+by a generator seeded with ``split_seed`` (not the run seed) so every run sees the same validation
+set; the 10,000 test images are the test set.
 
 Label noise ``p`` (B18 / G22): on the training part only, with probability ``p`` a label is
 replaced by one drawn uniformly from the fine labels of its true coarse class (taken from the
