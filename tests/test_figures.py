@@ -312,6 +312,18 @@ def test_g22_time_without_a_completed_ce_run_has_no_ratios(tmp_path):
     assert "No completed CE run in this sweep" in markdown
 
 
+@pytest.mark.parametrize("growth", [12, 40])
+def test_g22_time_claim_names_the_network_its_runs_timed(tmp_path, growth):
+    """DenseNet 40-12 in the sweep, 40-40 in make gpu-check; G22's 40-40 on a GPU beside it."""
+    sweep = write_sweep(tmp_path / "sweep", [
+        run_record("completed", loss, params={"k": k, "loss.k": k, "model.depth": 40,
+                                              "model.growth_rate": growth}, epoch_seconds=1.0)
+        for loss in ("ce", "smooth_svm") for k in (5, 10)], experiment="g22_time")
+    _, markdown = check_files(make_figure("g22_time", sweep, tmp_path / "figures"))
+    assert (f"| DenseNet 40-{growth} on random CIFAR-100-shaped images (G22: DenseNet 40-40 on "
+            "CIFAR-100, on a GPU) |") in markdown
+
+
 def history(top5_at_even_epochs, epochs=4):
     """History rows: ``train/top5`` logged on the even epochs only (the others not evaluated)."""
     logged = iter(top5_at_even_epochs)

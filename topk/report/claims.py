@@ -262,9 +262,10 @@ def s20_cifar_claims(runs: pd.DataFrame, ks: list[int], claims: pd.DataFrame) ->
 
 
 def g22_time_claims(ratios: pd.Series, lines: pd.Series, ks: pd.Series, repeats: pd.Series,
-                    claim: str) -> pd.DataFrame:
+                    claim: str, setting: str) -> pd.DataFrame:
     """G22's claim that the smoothed hinge's epoch time grows with K and the noised loss's does
-    not, on each run's epoch-time ratio to CE (smooth SVM timed once per B: three repeats)."""
+    not, on each run's epoch-time ratio to CE (smooth SVM timed once per B: three repeats);
+    ``setting`` names what the runs timed (:func:`topk.report.figures.g22_time_setting`)."""
     frame = pd.DataFrame({"ratio": pd.to_numeric(ratios, errors="coerce"), "line": lines,
                           "k": pd.to_numeric(ks, errors="coerce"), "repeat": repeats}).dropna(
         subset=["ratio", "k"])
@@ -286,7 +287,7 @@ def g22_time_claims(ratios: pd.Series, lines: pd.Series, ks: pd.Series, repeats:
                     high=growth.difference))
     read = ("the smooth SVM's ratio grows from the smallest to the largest K (paired over its "
             "repeats), and each noised loss's grows less")
-    return claims_frame([claim_row("DenseNet 40-40, CIFAR-100-shaped data", claim, read, comparisons)])
+    return claims_frame([claim_row(setting, claim, read, comparisons)])
 
 
 # ------------------------------------------------------------------------ B18 Fig. 2a

@@ -338,6 +338,16 @@ def g22_time_table(ours: pd.DataFrame, paper: pd.DataFrame) -> pd.DataFrame:
         "G22 seconds": [fmt(value, 0) for value in merged["paper_epoch_seconds"]]})
 
 
+def g22_time_setting(runs: pd.DataFrame) -> str:
+    """The network the runs timed, from their records (DenseNet 40-12 in the sweep, 40-40 in
+    ``make gpu-check``), beside G22's DenseNet 40-40 on CIFAR-100 on a GPU."""
+    nets = sorted({f"DenseNet {int(depth)}-{int(growth)}" for depth, growth in
+                   zip(column(runs, "params.model.depth"), column(runs, "params.model.growth_rate"))
+                   if pd.notna(depth) and pd.notna(growth)})
+    return (f"{' and '.join(nets) or 'the runs’ network'} on random CIFAR-100-shaped images "
+            "(G22: DenseNet 40-40 on CIFAR-100, on a GPU)")
+
+
 def g22_time(sweep: Sweep):
     """G22 Fig. 3: each run's epoch time over the sweep's mean CE epoch time, against K, beside
     G22's times over its 65 s CE epoch; the CSV has our points then G22's (``source``)."""
@@ -360,7 +370,8 @@ def g22_time(sweep: Sweep):
                   f"SVM are timed once per B, as repeats). {COUNTS_LEGEND}", CLAIMS["g22_time"]]
     title = "G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy"
     judged = g22_time_claims(tables.g22_ratio(runs), tables.g22_line(runs), tables.run_k(runs),
-                             column(runs, "params.n_samples"), CLAIMS["g22_time"])
+                             column(runs, "params.n_samples"), CLAIMS["g22_time"],
+                             g22_time_setting(runs))
     text = FigureText("g22_time", title, paragraphs,
                       [("Epoch time / CE epoch time:", g22_time_table(ours, paper)),
                        ("Whether G22's claim holds on these runs. " + CLAIM_RULE, judged)],
