@@ -28,8 +28,8 @@ from topk.report.runs import load_sweep  # noqa: E402
 
 EXPERIMENTS = [
     "s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau",
-    "g22_epsilon", "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt", "g22_time",
-    "p22_cifar", "p22_imagenet", "zoo_cifar100", "zoo_plantnet",
+    "g22_epsilon", "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt", "g22_imagenet",
+    "g22_time", "p22_cifar", "p22_imagenet", "zoo_cifar100", "zoo_plantnet",
 ]
 # Values that name sizes of the real data sets: the smoke ImageNet has 12 classes, the smoke
 # embeddings 240 training rows.

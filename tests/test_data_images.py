@@ -157,7 +157,7 @@ def window_of(crop: torch.Tensor, image: torch.Tensor) -> bool:
     return False
 
 
-@pytest.mark.parametrize("experiment", ["b18_imagenet"])
+@pytest.mark.parametrize("experiment", ["b18_imagenet", "g22_imagenet"])
 def test_imagenet_training_crop_is_b18s_resize_256_random_224_and_flip(tiny_imagenet, experiment):
     """B18 §5.2: "Images are resized so that their smaller dimension is 256 [...] At training
     time, we take random crops of 224 x 224 and randomly flip the images horizontally"."""

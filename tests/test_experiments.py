@@ -17,7 +17,7 @@ from topk.report.protocol import protocol
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 PAPER_ITEMS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",
                "b18_tau", "g22_epsilon", "g22_samples", "g22_time", "g22_cifar_noise", "g22_plantnet",
-               "g22_imagenet_lt"}  # b18_speed is `make bench-losses`, not a training sweep
+               "g22_imagenet_lt", "g22_imagenet"}  # b18_speed is `make bench-losses`, not a training sweep
 
 
 def sweep_params(experiment: str, extra=()) -> dict[str, list]:
@@ -197,10 +197,48 @@ def test_g22_plantnet():
 
 def test_g22_imagenet_lt():
     params = sweep_params("g22_imagenet_lt")
-    assert len(params["seed"]) == 4 and "noised_imbal" in params["loss"]
-    cfg = compose_job("g22_imagenet_lt", loss="noised_imbal")
+    assert params["k"] == [1, 3, 5] and len(params["seed"]) == 4  # Tables' K rows; "four seeds"
+    assert params["loss"] == ["ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal"]
+    cfg = compose_job("g22_imagenet_lt", loss="noised_imbal", k=3)
     assert cfg.model.name == "resnet34" and cfg.trainer.epochs == 100 and cfg.trainer.batch_size == 128
-    assert list(cfg.schedule.milestones) == [60, 80]
+    assert list(cfg.schedule.milestones) == [60, 80] and cfg.trainer.selection_metric == "val/top3"
+    assert cfg.loss.k == 3 and cfg.model.head == "cosine" and cfg.loss.scale == 60  # G22 §4.5
+    ldam = compose_job("g22_imagenet_lt", loss="ldam", k=1)
+    assert ldam.model.head == "cosine" and (ldam.loss.scale, ldam.loss.max_margin) == (40.0, 0.2)
+    assert compose_job("g22_imagenet_lt", loss="smooth_svm").loss.tau == 0.1  # 1,000 classes
+    noised = compose_job("g22_imagenet_lt", loss="noised_bal")
+    assert (noised.loss.epsilon, noised.loss.n_samples) == (0.5, 10)
+    for loss in ("ce", "smooth_svm", "noised_bal", "focal"):
+        job = compose_job("g22_imagenet_lt", loss=loss)
+        assert job.model.head == "linear" and (job.optim.lr, job.optim.weight_decay) == (0.1, 5e-4)
+
+
+def test_g22_imagenet_runs_the_preprints_appendix_d():
+    params = sweep_params("g22_imagenet")
+    assert params["k"] == [1, 5] and params["loss"] == ["ce", "smooth_svm", "noised_bal"]
+    assert len(params["seed"]) == 3
+    per_loss = {"ce": (0.1, 1e-4), "smooth_svm": (1.0, 2.5e-5), "noised_bal": (0.1, 1.5e-4)}
+    for loss, (lr, weight_decay) in per_loss.items():
+        cfg = compose_job("g22_imagenet", loss=loss, k=1)
+        assert cfg.model.name == "resnet18" and cfg.model.head == "linear" and cfg.dataset.train_size is None
+        assert_sgd(cfg, lr=lr, weight_decay=weight_decay, milestones=[30, 60, 90], gamma=0.1, epochs=120,
+                   batch_size=256)
+        assert cfg.trainer.selection_metric == "val/top1" and cfg.dataset.val_per_class == 50
+        assert cfg.dataset.ten_crop and cfg.dataset.marginal_k == 1
+    svm, noised = compose_job("g22_imagenet", loss="smooth_svm"), compose_job("g22_imagenet", loss="noised_bal")
+    assert (svm.loss.k, svm.loss.tau) == (5, 0.1)
+    assert (noised.loss.k, noised.loss.epsilon, noised.loss.n_samples) == (5, 0.5, 10)
+
+
+def test_b18_imagenet_keeps_b18s_values():
+    """G22's ImageNet values live in the same protocol files and leave B18's Table 2 unchanged."""
+    params = sweep_params("b18_imagenet")
+    assert params["loss"] == ["ce", "smooth_svm"] and params["dataset.train_size"][-1] is None
+    ce, svm = compose_job("b18_imagenet", loss="ce"), compose_job("b18_imagenet", loss="smooth_svm")
+    assert_sgd(ce, lr=0.1, weight_decay=1e-4, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
+    assert_sgd(svm, lr=1.0, weight_decay=2.5e-5, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
+    assert (svm.loss.k, svm.loss.tau) == (5, 0.1) and ce.dataset.ten_crop
+    assert ce.dataset.train_crop == "resize_then_random" and ce.augment.images.flip  # B18 §5.2
 
 
 def test_g22_time():

@@ -26,7 +26,7 @@ FAMILIES = {
     "g22_cifar_noise": ["dataset.noise=0.2", "loss=noised_bal"],
     "b18_imagenet": ["dataset.train_size=12", "loss=smooth_svm"],
     "g22_plantnet": ["k=3", "loss=noised_imbal"],
-    "g22_imagenet_lt": ["loss=ldam"],
+    "g22_imagenet_lt": ["k=5", "loss=ldam"],
     "g22_time": ["k=5", "loss=noised_bal", "n_samples=3"],
     "p22_imagenet": ["p22_method=neuralsort_mix50", "dataset.val_size=48"],
     "zoo_plantnet": ["loss=diffsort_topk_ce"],

@@ -323,6 +323,28 @@ def test_g22_imagenet_lt_has_no_paper_numbers(tmp_path):
     assert wide.loc[("5", "ce"), ("few_topK", "paper")] == ""
 
 
+def test_g22_imagenet_lt_and_imagenet_tables_have_a_row_per_k(tmp_path):
+    """The preprint's Tables 6 (ImageNet-LT: K = 1, 3, 5) and 9 (ImageNet: K = 1, 5) in its
+    order of K and losses; their numbers are lost from the preprint's text."""
+    test = {"top1": 40.0, "top3": 60.0, "top5": 70.0, "many_top1": 50.0, "avg1": 45.0}
+    lt = [record(loss=loss, params={"k": k}, test=test) for k in (5, 1, 3)
+          for loss in ("noised_imbal", "ce", "ldam")]
+    table = build_table("g22_imagenet_lt", sweep_dir=write_sweep(tmp_path / "lt", lt, experiment="g22_imagenet_lt"))
+    assert list(table.sections[0][1].index)[:4] == [("1", "ce"), ("1", "ldam"), ("1", "noised_imbal"), ("3", "ce")]
+    assert cell(table.tidy, k=3, loss="ldam", metric="topK")["mean"] == 60.0
+    imagenet = [record(seed=seed, loss=loss, params={"k": k}, test={"top1": 70.0 + seed, "top5": 89.0, "avg1": 1.0})
+                for seed in range(3) for k in (5, 1) for loss in ("noised_bal", "smooth_svm", "ce")]
+    sweep = write_sweep(tmp_path / "in", imagenet, experiment="g22_imagenet")
+    table = build_table("g22_imagenet", sweep_dir=sweep)
+    assert [caption for caption, _ in table.sections] == ["topK", "avgK"]
+    wide = table.sections[0][1]
+    assert list(wide.index) == ["1", "5"]
+    assert list(dict.fromkeys(wide.columns.get_level_values(0))) == ["ce", "smooth_svm", "noised_bal"]
+    top1 = cell(table.tidy, k=1, loss="noised_bal", metric="topK")
+    assert (top1["mean"], top1["n"]) == (71.0, 3) and math.isnan(top1["paper"])
+    assert cell(table.tidy, k=5, loss="ce", metric="topK")["mean"] == 89.0
+
+
 def test_g22_time_ratios_to_ce(tmp_path):
     records = [
         record(seed=0, loss="ce", epoch_seconds=10.0), record(seed=1, loss="ce", epoch_seconds=14.0),
