@@ -150,7 +150,8 @@ REFUSED = [
     (["augment=standard", "augment.images.crop_padding=-4"],
      "augment.images.crop_padding must be a whole number of at least 0 or null (no random crop), got -4."),
     (["dataset=cifar100", "dataset.noise=1.5"], "dataset.noise must be a finite number of at least 0 and at most 1, got 1.5."),
-    (["loss=diffsort_topk_ce", "loss.sorter=quick"], "loss.sorter must be one of neuralsort, softsort, odd_even, bitonic, got 'quick'."),
+    (["loss=diffsort_topk_ce", "loss.sorter=quick"],
+     "loss.sorter must be one of neuralsort, softsort, odd_even, bitonic, splitter_selection, got 'quick'."),
     (["loss=ldam", "loss.weight=[1,-1]"], "loss.weight must be null, balanced or a list of one finite weight "
                                                  "of at least 0 per class, not all 0, got [1, -1]."),
     (["loss.k=["], "the override 'loss.k=[' cannot be read (no viable alternative at input '['); see Hydra's override grammar."),
