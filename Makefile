@@ -3,10 +3,11 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet b18_tau \
+EXPERIMENTS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_cifar_noise b18_imagenet b18_margin b18_tau \
+               b18_sparsity g22_sparsity \
                g22_epsilon g22_samples g22_cifar_noise g22_plantnet g22_imagenet_lt g22_imagenet \
                g22_time p22_cifar p22_imagenet zoo_cifar100 zoo_plantnet
-FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau g22_time
+FIGURE_IDS := s20_exp1 s20_exp2 s20_exp3 s20_cifar b18_tau b18_sparsity g22_sparsity g22_time
 ZOOS := zoo_cifar100 zoo_plantnet
 TUNED_LOSSES := $(basename $(notdir $(wildcard conf/tune/*.yaml)))
 TRIALS ?= 20

@@ -291,6 +291,7 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
         amp=str(trainer.amp),
         config=record["params"],
         eval_scores=eval_scores(splits),
+        grad_nonzero=bool(trainer.grad_nonzero),
     )
 
 

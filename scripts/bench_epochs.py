@@ -78,9 +78,10 @@ register()  # the config groups' schemas, which conf/ names in its defaults list
 
 ROOT = Path(__file__).resolve().parents[1]
 
-EXPERIMENTS = ("s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau", "g22_epsilon",
-               "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt", "g22_imagenet",
-               "p22_cifar", "zoo_cifar100", "zoo_plantnet")  # p22_imagenet: a linear head on embeddings
+EXPERIMENTS = ("s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_margin", "b18_tau",
+               "b18_sparsity", "g22_epsilon", "g22_samples", "g22_sparsity", "g22_cifar_noise",
+               "g22_plantnet", "g22_imagenet_lt", "g22_imagenet", "p22_cifar", "zoo_cifar100",
+               "zoo_plantnet")  # p22_imagenet: a linear head on embeddings
 # Rows shown besides each network's costliest run: g22_samples sweeps B up to 100, so B = 10
 # (the value of every other G22 CIFAR-100 experiment) gets its own row.
 EXTRA_ROWS = {"g22_samples": ({"loss.n_samples": 10},)}

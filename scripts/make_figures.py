@@ -5,8 +5,8 @@
     python scripts/make_figures.py s20_cifar --model densenet121 --augment cutout
     make figure-s20_exp2
 
-Figures: s20_exp1, s20_exp2, s20_exp3 (S20 Figs. 2–4), s20_cifar (S20 Fig. 6), g22_time
-(G22 Fig. 3), b18_tau (B18 Fig. 2a). Writes ``<out>/<id>.png``, ``.csv`` and ``.md`` (default
+Figures: s20_exp1, s20_exp2, s20_exp3 (S20 Figs. 2–4), s20_cifar (S20 Fig. 6), g22_sparsity
+(G22 Fig. 2), g22_time (G22 Fig. 3), b18_tau (B18 Fig. 2a), b18_sparsity (B18 Fig. 2b). Writes ``<out>/<id>.png``, ``.csv`` and ``.md`` (default
 ``outputs/figures``). A sweep holding runs of another experiment, or of none (a sweep without
 ``+experiment``), is refused: one sentence ``Error: ...`` on stderr and exit status 1.
 """

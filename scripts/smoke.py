@@ -27,14 +27,16 @@ from topk.data.fixtures import write_smoke_data  # noqa: E402
 from topk.report.runs import load_sweep  # noqa: E402
 
 EXPERIMENTS = [
-    "s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_tau",
+    "s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet", "b18_margin",
+    "b18_tau", "b18_sparsity", "g22_sparsity",
     "g22_epsilon", "g22_samples", "g22_cifar_noise", "g22_plantnet", "g22_imagenet_lt", "g22_imagenet",
     "g22_time", "p22_cifar", "p22_imagenet", "zoo_cifar100", "zoo_plantnet",
 ]
 # Values that name sizes of the real data sets: the smoke ImageNet has 12 classes, the smoke
 # embeddings 240 training rows.
 EXTRA_OVERRIDES = {"b18_imagenet": ["dataset.train_size=12,null"], "p22_imagenet": ["dataset.val_size=48"]}
-FIGURES = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_tau", "g22_time"}
+FIGURES = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_tau", "b18_sparsity", "g22_sparsity",
+           "g22_time"}
 TABLE_FROM_BENCH = "b18_speed"
 
 

@@ -17,7 +17,8 @@ from topk.report.protocol import protocol
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 PAPER_ITEMS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",
                "b18_tau", "g22_epsilon", "g22_samples", "g22_time", "g22_cifar_noise", "g22_plantnet",
-               "g22_imagenet_lt", "g22_imagenet"}  # b18_speed is `make bench-losses`, not a training sweep
+               "g22_imagenet_lt", "g22_imagenet", "b18_margin", "b18_sparsity",
+               "g22_sparsity"}  # b18_speed is `make bench-losses`, not a training sweep
 
 
 def sweep_params(experiment: str, extra=()) -> dict[str, list]:
@@ -168,6 +169,38 @@ def test_b18_tau():
     assert params["seed"] == [0, 1]  # B18 states none; two judge the training-accuracy column
     cfg = compose_job("b18_tau")
     assert cfg.model.growth_rate == 12 and cfg.model.depth == 40 and cfg.loss.k == 5
+
+
+def test_b18_margin_ties_tau_lr_and_weight_decay_to_k():
+    """B18 Appendix D.2.2: (k, τ) = (1, 1) and (5, 0.1), α = 0 and 1, on ImageNet's validation
+    set with one crop; each k trains with its loss's §5.2 values (k = 1, τ = 1: cross-entropy's)."""
+    params = sweep_params("b18_margin")
+    assert params["k"] == [1, 5] and params["loss.alpha"] == [0.0, 1.0] and params["seed"] == [0]
+    top1 = compose_job("b18_margin", k=1, **{"loss.alpha": 0.0})
+    assert (top1.loss._target_.endswith("SmoothTopKSVM"), top1.loss.k, top1.loss.tau, top1.loss.alpha) == (
+        True, 1, 1.0, 0.0)
+    assert_sgd(top1, lr=0.1, weight_decay=1e-4, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
+    assert top1.trainer.selection_metric == "val/top1" and not top1.dataset.ten_crop
+    assert top1.dataset.train_size is None and top1.model.name == "resnet18"
+    top5 = compose_job("b18_margin", k=5, **{"loss.alpha": 1.0})
+    assert (top5.loss.k, top5.loss.tau, top5.loss.alpha) == (5, 0.1, 1.0)
+    assert_sgd(top5, lr=1.0, weight_decay=2.5e-5, milestones=[30, 60, 90], gamma=0.1, epochs=120, batch_size=256)
+    assert top5.trainer.selection_metric == "val/top5"
+
+
+def test_sparsity_experiments_count_gradients_in_one_epoch():
+    """B18 Fig. 2b: the initial weights (learning rate 0) of a DenseNet 40-12, smooth SVM per τ;
+    G22 Fig. 2: the first epoch of G22's protocol, noised loss with B = 3, per ε."""
+    assert sweep_params("b18_sparsity")["loss.tau"] == [0.0, 0.001, 0.01, 0.1, 1.0, 10.0, 100.0]
+    b18 = compose_job("b18_sparsity")
+    assert b18.trainer.grad_nonzero and b18.trainer.epochs == 1 and b18.optim.lr == 0.0
+    assert (b18.model.depth, b18.model.growth_rate, b18.loss.k) == (40, 12, 5)
+    assert b18.trainer.batch_size == 64 and b18.augment.images.flip
+    assert sweep_params("g22_sparsity")["loss.epsilon"] == [0.0, 1e-4, 1e-3, 1e-2, 0.1, 1.0, 10.0, 100.0]
+    g22 = compose_job("g22_sparsity")
+    assert g22.trainer.grad_nonzero and g22.trainer.epochs == 1 and g22.loss.n_samples == 3
+    assert g22.loss.k == 5 and g22.model.growth_rate == 40
+    assert_sgd(g22, lr=0.1, weight_decay=1e-4, milestones=[150, 225], gamma=0.1, epochs=1, batch_size=64)
 
 
 @pytest.mark.parametrize("experiment,key,values,fixed", [

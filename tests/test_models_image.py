@@ -15,7 +15,7 @@ from torch import nn
 
 from conftest import compose_config
 from topk.errors import ConfigError
-from topk.models.densenet import CifarDenseNet
+from topk.models.densenet import CifarDenseNet, DenseLayer, Transition
 from topk.models.heads import CosineClassifier
 from topk.models.resnet import torchvision_densenet121, torchvision_resnet, weights_path
 
@@ -70,6 +70,87 @@ def test_densenet_block_structure_and_cosine_head():
 def test_densenet_rejects_depths_without_three_equal_blocks(depth):
     with pytest.raises(ConfigError, match=f"model.depth={depth} is not a CIFAR DenseNet depth"):
         CifarDenseNet(10, (3, 32, 32), depth=depth)
+
+
+def test_densenet40_bc_parameter_counts_match_the_published_codes_densenet3():
+    # B18's and G22's DenseNet3(40, 100, growth_rate) with its defaults bottleneck=True,
+    # reduction=0.5 (experiments/models/densenet.py of both), instantiated once outside the suite.
+    for growth_rate, published in ((40, 1_941_620), (12, 188_092)):
+        model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=growth_rate, bottleneck=True, compression=0.5)
+        assert _count(model) == published
+
+
+def _blocks(model: CifarDenseNet) -> list[list[nn.Module]]:
+    """The dense layers of each block and the transition after it (or the final norm)."""
+    blocks, layers = [], []
+    for module in list(model.features)[1:]:
+        if isinstance(module, DenseLayer):
+            layers.append(module)
+        elif layers:
+            blocks.append([*layers, module])
+            layers = []
+    return blocks
+
+
+def test_densenet40_12_bc_blocks_transitions_and_first_convolution():
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=12, bottleneck=True, compression=0.5)
+    assert model.features[0].out_channels == 24  # 2k for DenseNet-BC
+    blocks = _blocks(model)
+    assert [len(block) - 1 for block in blocks] == [6, 6, 6]  # (40 - 4) / 6 bottlenecked layers
+    # 24 + 6·12 = 96 -> 48; 48 + 72 = 120 -> 60; 60 + 72 = 132 into the classifier.
+    assert [(t[2].in_channels, t[2].out_channels) for t in (blocks[0][-1], blocks[1][-1])] == [(96, 48), (120, 60)]
+    assert isinstance(blocks[0][-1], Transition) and model.fc.in_features == 132
+    layer = blocks[1][0]
+    assert layer.bottleneck[2].out_channels == 48 and layer.conv.in_channels == 48 and layer.conv.out_channels == 12
+    assert _scores(model, (3, 32, 32)).shape == (2, 100)
+
+
+def test_densenet40_40_bc_channels_after_each_transition():
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=40, bottleneck=True, compression=0.5)
+    transitions = [m for m in model.features if isinstance(m, Transition)]
+    assert [(t[2].in_channels, t[2].out_channels) for t in transitions] == [(320, 160), (400, 200)]
+    assert model.features[0].out_channels == 80 and model.fc.in_features == 440
+
+
+def test_densenet_basic_keeps_16_first_channels_and_every_map():
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=12)
+    blocks = _blocks(model)
+    assert model.features[0].out_channels == 16 and [len(block) - 1 for block in blocks] == [12, 12, 12]
+    assert all(layer.bottleneck is None for block in blocks for layer in block[:-1])
+    assert [(t[2].in_channels, t[2].out_channels) for t in (blocks[0][-1], blocks[1][-1])] == [(160, 160), (304, 304)]
+    assert _count(model) == 1_060_132
+
+
+def test_densenet_configs_build_densenet_bc_and_one_override_gives_the_basic_network():
+    bc = compose_config(["model=densenet40_40"]).model
+    assert (bc.bottleneck, bc.compression) == (True, 0.5)
+    basic = compose_config(["model=densenet40_12", "model.bottleneck=false", "model.compression=1.0"]).model
+    assert _count(instantiate(basic, num_classes=100, input_shape=(3, 32, 32))) == 1_060_132
+
+
+def test_densenet_initialisation_is_the_published_codes():
+    torch.manual_seed(0)
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=40, bottleneck=True, compression=0.5)
+    conv = model.features[3].bottleneck[2]  # 1x1 to 160 maps: std sqrt(2 / (1 · 1 · 160))
+    assert abs(conv.weight.std().item() - (2 / 160) ** 0.5) < 0.005
+    assert torch.equal(model.fc.bias, torch.zeros(100))
+
+
+@pytest.mark.parametrize("depth", [39, 7, 10 + 3])
+def test_densenet_bc_rejects_depths_without_whole_bottleneck_layers(depth):
+    with pytest.raises(ConfigError, match=f"model.depth={depth} is not a CIFAR DenseNet depth; for a DenseNet-BC"):
+        CifarDenseNet(10, (3, 32, 32), depth=depth, bottleneck=True, compression=0.5)
+
+
+@pytest.mark.parametrize("compression", [0.0, 1.5, -0.5])
+def test_densenet_rejects_a_compression_outside_0_1(compression):
+    with pytest.raises(ConfigError, match=r"model.compression is the fraction .* in \(0, 1\]"):
+        CifarDenseNet(10, (3, 32, 32), depth=10, compression=compression)
+
+
+def test_densenet_rejects_a_compression_that_keeps_no_feature_map():
+    with pytest.raises(ConfigError, match="model.compression=0.01 leaves no feature map after a transition"):
+        CifarDenseNet(10, (3, 32, 32), depth=10, compression=0.01)  # floor(0.01 · 40) = 0
 
 
 def test_resnet_cifar_stem_keeps_32x32_resolution_into_the_first_block():

@@ -131,7 +131,7 @@ class Page(HTMLParser):
 def check_page(path: Path) -> Page:
     """Every item once; every image and local link inside the page's own folder."""
     page = Page(path.read_text())
-    assert list(page.status) == list(ITEMS) and len(ITEMS) == 19
+    assert list(page.status) == list(ITEMS) and len(ITEMS) == 22
     for src in page.images:
         assert (path.parent / src).is_file() and (path.parent / src).stat().st_size > 10_000, src
     local = [href for href in page.links if not href.startswith("#")]

@@ -117,7 +117,7 @@ REFUSED = [
     (["loss=hinge", "loss.k=true"], "loss.k must be a whole number of at least 1, got true."),
     (["loss=hinge", "loss.k=2.5"], "loss.k must be a whole number of at least 1, got 2.5."),
     (["loss=smooth_svm", "loss.tau=abc"], "loss.tau must be a finite number of at least 0, got 'abc'."),
-    (["loss=smooth_svm", "loss.alpha=[1,2]"], "loss.alpha must be a finite number above 0, got [1, 2]."),
+    (["loss=smooth_svm", "loss.alpha=[1,2]"], "loss.alpha must be a finite number of at least 0, got [1, 2]."),
     (["loss=smooth_svm", "loss.tau=inf"], "loss.tau must be a finite number of at least 0, got inf."),
     (["schedule.gamma=-1"], "schedule.gamma must be a finite number above 0, got -1.0."),
     (["schedule.milestones=[abc]"], "schedule.milestones must be a list of increasing whole numbers of at least 1 "

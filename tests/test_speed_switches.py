@@ -14,7 +14,7 @@ from topk.models.densenet import CifarDenseNet
 from topk.precision import MixedPrecision, channels_last, unwrap
 
 CIFAR = ["dataset=cifar100", "dataset.val_size=100", "trainer.batch_size=100", "model=densenet40_12",
-         "model.depth=7", "trainer.epochs=1", "trainer.selection_metric=val/top5", "loss=smooth_svm"]
+         "model.depth=10", "trainer.epochs=1", "trainer.selection_metric=val/top5", "loss=smooth_svm"]
 
 
 def one_step(precision_mode: str, layout=lambda x: x, model_layout=torch.contiguous_format):

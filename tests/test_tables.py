@@ -247,6 +247,26 @@ def test_s20_reads_both_columns_from_one_run_per_seed(tmp_path):
             "the selected one (trainer.also_select_on), one training run for both columns.") in table.preamble
 
 
+def test_b18_margin_reads_val_top_k_at_each_runs_k_beside_tables_7_and_8(tmp_path):
+    def margin(k, tau, alpha, value, seed=0):  # the other k's accuracy 20 points off
+        val = {"top1": value, "top5": value - 20} if k == 1 else {"top1": value - 20, "top5": value}
+        return record(seed=seed, loss="smooth_svm", val=val, samples={"val": 50000, "test": 50000},
+                      params={"k": k, "loss.tau": tau, "loss.alpha": alpha})
+    records = [margin(1, 1.0, 0.0, 71.10), margin(1, 1.0, 1.0, 70.00), margin(5, 0.1, 0.0, 89.12),
+               margin(5, 0.1, 1.0, 89.40), margin(5, 0.1, 1.0, 89.50, seed=1)]
+    table = build_table("b18_margin", sweep_dir=write_sweep(tmp_path / "s", records, experiment="b18_margin"))
+    tidy = table.tidy
+    assert list(zip(tidy["k"], tidy["tau"], tidy["alpha"])) == [(1, 1, 0), (1, 1, 1), (5, 0.1, 0), (5, 0.1, 1)]
+    ce = cell(tidy, k=1, alpha=0)  # (1, 1, 0) is cross-entropy; k = 1 reads val top-1
+    assert (ce["mean"], ce["paper"]) == (71.10, 71.03)
+    # one run: judged on the binomial error of B18's 71.15 % on 50,000 validation images (0.20)
+    assert cell(tidy, k=1, alpha=1)["verdict"] == "differs"  # 70.00 is 1.15 points off
+    assert ce["verdict"] == "agrees" and cell(tidy, k=5, alpha=0)["verdict"] == "agrees"
+    top5 = cell(tidy, k=5, alpha=1)
+    assert (top5["mean"], top5["n"], top5["paper"]) == (pytest.approx(89.45), 2, 89.45)
+    assert any("(k, τ, α) = (1, 1, 0) is cross-entropy" in line for line in table.preamble)
+
+
 def test_b18_tau_reads_train_top5_at_the_best_epoch_and_hinge_is_tau_zero(tmp_path):
     history = [{"epoch": e, "train/top5": 50.0 + e, "val/top5": 40.0} for e in (1, 2, 3)]
     records = [

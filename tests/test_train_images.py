@@ -20,7 +20,7 @@ def test_cifar100_run_writes_record_and_trained_labels(tmp_path, tiny_cifar100, 
     overrides = [*CIFAR, f"dataset.root={tiny_cifar100}", f"model={model}", f"augment={augment}",
                  "trainer.epochs=1", "loss=smooth_svm", "dataset.noise=0.5"]
     if model == "densenet40_12":
-        overrides.append("model.depth=7")  # one layer per block: keeps the test fast
+        overrides.append("model.depth=10")  # one bottleneck layer per block (DenseNet-BC): keeps the test fast
     else:
         overrides += ["trainer.limit_batches=2", "trainer.batch_size=20", "trainer.eval_batch_size=20"]  # ResNet-18: 20 s a pass
     record, _ = run_in_process(run_dir, overrides)
@@ -42,7 +42,7 @@ def test_missing_cifar_root_is_one_sentence(tmp_path):
 
 def test_mixup_with_crop_on_images(tmp_path, tiny_cifar100):
     record, _ = run_in_process(tmp_path / "run", [
-        *CIFAR, f"dataset.root={tiny_cifar100}", "model=densenet40_12", "model.depth=7",
+        *CIFAR, f"dataset.root={tiny_cifar100}", "model=densenet40_12", "model.depth=10",
         "augment=mixup", "augment.images.crop_padding=4", "augment.images.flip=true", "loss=topk_transition",
         "loss.k=5", "trainer.epochs=1",
     ])

@@ -48,6 +48,7 @@ from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError, RunRefused
 from topk.functional import topk_marginals
+from topk.gradients import NonZeroGradients
 from topk.metrics import (
     AverageKAccumulator,
     TopKAccumulator,
@@ -93,6 +94,7 @@ class FitSettings:
     amp: str = "off"  # off | bf16 | fp16: autocast of the forward pass (losses stay float32)
     config: dict | None = None  # the flat resolved run config, remembered by checkpoints/last.pt
     eval_scores: Callable = model_scores  # how evaluation scores a batch (see evaluate)
+    grad_nonzero: bool = False  # history's train/grad_nonzero (topk.gradients.NonZeroGradients)
 
 
 @dataclass
@@ -275,7 +277,7 @@ STOP_CHECK_EVERY = 10
 def train_one_epoch(
     model, loss_fn, optimizer, batches, mix, accumulator, epoch: int, stop=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS, scheduler=None,
-    meter: BatchMeter | None = None,
+    meter: BatchMeter | None = None, gradients: NonZeroGradients | None = None,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
@@ -287,7 +289,9 @@ def train_one_epoch(
     to stop (:func:`stop_requested`). ``precision`` autocasts the forward pass (``trainer.amp``);
     the loss then sees float32 scores. A ``scheduler`` whose class sets ``per_batch``
     (:mod:`topk.schedules`) is stepped after every batch; others are left to the epoch's end.
-    ``meter`` (:class:`topk.progress.BatchMeter`) shows the batches as they go.
+    ``meter`` (:class:`topk.progress.BatchMeter`) shows the batches as they go. ``gradients``
+    (:class:`topk.gradients.NonZeroGradients`, ``trainer.grad_nonzero``) counts the non-zero
+    coordinates of each batch's gradient with respect to its scores.
     ``make bench-train`` compares this loop with a bare one on DenseNet, ``make bench`` the S20
     sweeps with one.
 
@@ -306,6 +310,8 @@ def train_one_epoch(
     for batch_index, (inputs, labels) in enumerate(batches):
         inputs, target = mix(inputs, labels)
         scores = forward(inputs)
+        if gradients is not None:
+            gradients.watch(scores)
         loss = loss_fn(scores, target)
         optimizer.zero_grad(set_to_none=True)
         precision.backward_and_step(loss, optimizer)
@@ -807,6 +813,7 @@ def fit(
     check_resume_epochs(run_dir, state.epoch, settings.epochs)
     tensorboard = open_tensorboard(run_dir, settings, distributed, state.epoch)
     progress = run_progress(settings, state.epoch, distributed)
+    gradients = NonZeroGradients(device) if settings.grad_nonzero else None
     try:
         with stop_requests.deferred() as stop:
             for epoch in progress:
@@ -816,13 +823,16 @@ def fit(
                 train_counts = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
                 meter = progress.batches(epoch, len(train_batches))
                 train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, mix, train_counts,
-                                             epoch, stop, precision, distributed, scheduler, meter)
+                                             epoch, stop, precision, distributed, scheduler, meter,
+                                             gradients)
                 progress.close_batches()
                 if not getattr(scheduler, "per_batch", False):
                     scheduler.step()
                 check_finite_weights(model, epoch)
                 distributed.sync_buffers(eval_model)
                 row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
+                if gradients is not None:
+                    row.update(gradients.columns(distributed))
                 if evaluate_now:
                     row.update(train_accuracy_columns(train_counts, ks, distributed))
                     row.update(metric_columns(evaluate_all()))

@@ -51,6 +51,7 @@ HARMLESS_KEYS = frozenset({
     "trainer.num_workers", "trainer.num_threads", "trainer.device", "trainer.distributed_backend",
     "trainer.eval_batch_size", "trainer.eval_every", "trainer.checkpoint_every",
     "trainer.compile", "trainer.channels_last", "trainer.keep_checkpoints", "loss.compile",
+    "trainer.grad_nonzero",
     "data_root", "dataset.root", "dataset.lists_root", "dataset.check_images",
 })
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from topk.report.protocol import normalise, shown
-from topk.report.runs import column, number
+from topk.report.runs import column, number, selected_by
 from topk.report.verdicts import (
     FAILS,
     HOLDS,
@@ -258,6 +258,163 @@ def s20_cifar_claims(runs: pd.DataFrame, ks: list[int], claims: pd.DataFrame) ->
     return frame
 
 
+# ------------------------------------------------------------------------ S20 Table I and §V-B
+
+S20_PANELS = (("resnet18", "cutout"), ("resnet18", "mixup"), ("densenet121", "cutout"),
+              ("densenet121", "mixup"))
+S20_LOSSES = ("ce", "smooth_svm", "topk_group", "topk_transition")
+TABLE_METRICS = ("top1", "top5")  # Table I's columns, each of the models selected by its own
+
+
+def s20_losses(augment: str) -> tuple[str, ...]:
+    """The losses of an S20 Table I panel: the smooth top-5 SVM with Mixup is N/A there."""
+    return tuple(loss for loss in S20_LOSSES if not (loss == "smooth_svm" and augment == "mixup"))
+
+
+class S20Values:
+    """Per seed, the test accuracy of each (model, augmentation, loss) of an ``s20_cifar`` sweep,
+    of the models selected by ``val/<selection>`` (:func:`topk.report.runs.selected_by`; a sweep
+    without that selection counts every run, as the table does). Table I's top-1 and top-5 are
+    each read from the models selected by the same metric (S20 §V-A: ``table=True``); the top-k
+    curves of Fig. 6's text from the models selected by val top-5 (inferred: S20 does not say
+    which selection Fig. 6 plots; top-5 is its target)."""
+
+    def __init__(self, runs: pd.DataFrame, table: bool):
+        self.runs, self.table, self.chosen, self.values = runs, table, {}, {}
+
+    def selected(self, selection: str) -> pd.DataFrame:
+        """The runs as selected by ``val/<selection>``, read once."""
+        if selection not in self.chosen:
+            chosen = selected_by(self.runs, f"val/{selection}")
+            kept = chosen["selection_metric"] == f"val/{selection}"
+            self.chosen[selection] = chosen[kept.to_numpy(dtype=bool)] if kept.any() else chosen
+        return self.chosen[selection]
+
+    def __call__(self, model: str, augment: str, loss: str, metric: str) -> pd.Series:
+        selection = metric if self.table else "top5"
+        if metric not in self.values:
+            chosen = self.selected(selection)
+            keys = {name: chosen[name] for name in ("model", "augment", "loss")}
+            self.values[metric] = seed_values(chosen, keys, f"test.{metric}")
+        return self.values[metric].get((model, augment, loss), pd.Series(dtype=float))
+
+
+def _s20_pairs(get, panels, pairs, metrics, how=beats) -> list[Comparison]:
+    """``how(a, b)`` in every panel, for every metric and (a, b) pair of the panel's losses."""
+    return [compare(f"{model} + {augment} {metric}: {a} − {b}", get(model, augment, a, metric),
+                    get(model, augment, b, metric), how)
+            for model, augment in panels for metric in metrics for a, b in pairs(augment)]
+
+
+def _pair(a: str, b: str):
+    """The pairs of a panel: (a, b) in every panel."""
+    return lambda augment: [(a, b)]
+
+
+def _against(b: str, losses: tuple[str, ...]):
+    """The pairs of a panel: (loss, b) for each of ``losses`` the panel has."""
+    return lambda augment: [(loss, b) for loss in s20_losses(augment) if loss in losses]
+
+
+def _over_others(a: str):
+    """The pairs of a panel: (a, other) for every other loss the panel has."""
+    return lambda augment: [(a, other) for other in s20_losses(augment) if other != a]
+
+
+def _s20_best(get, panels, loss, metrics) -> list[Comparison]:
+    """No other loss of the panel beats ``loss``, in every panel, for every metric."""
+    return _s20_pairs(get, panels, _over_others(loss), metrics, not_beaten)
+
+
+def _s20_best_per_model(get) -> list[Comparison]:
+    """Per model, no (loss, augmentation) beats the transition loss with Mixup in top-5."""
+    return [compare(f"{model} top5: topk_transition + mixup − {loss} + {augment}",
+                    get(model, "mixup", "topk_transition", "top5"),
+                    get(model, augment, loss, "top5"), not_beaten)
+            for model in ("resnet18", "densenet121") for augment in ("cutout", "mixup")
+            for loss in s20_losses(augment) if (loss, augment) != ("topk_transition", "mixup")]
+
+
+def _s20_turning_points(get, panels, ks) -> list[Comparison]:
+    """Fig. 6's turning points: for k ≤ 2 no loss beats CE, for k ≥ 3 the transition loss
+    beats CE, for k ≥ 6 grouping does (k ≤ 10, the k Fig. 6 plots)."""
+    shown = [k for k in ks if k <= 10]
+    return (_s20_best(get, panels, "ce", [f"top{k}" for k in shown if k <= 2])
+            + _s20_pairs(get, panels, _pair("topk_transition", "ce"),
+                         [f"top{k}" for k in shown if k >= 3])
+            + _s20_pairs(get, panels, _pair("topk_group", "ce"), [f"top{k}" for k in shown if k >= 6]))
+
+
+DENSENET_CUTOUT = [("densenet121", "cutout")]
+S20_TABLE_CLAIMS = {  # setting of s20_cifar_claims.csv -> (read as, comparisons(get, ks))
+    # Table I's claims: get reads top-1 and top-5 each of the models selected by itself
+    "top-1": ("in every panel no loss beats CE in top-1",
+              lambda get, ks: _s20_best(get, S20_PANELS, "ce", ["top1"])),
+    "top-5 below the top-k losses": (
+        "the transition loss beats CE in top-5 with ResNet-18 + Cutout, ResNet-18 + Mixup and "
+        "DenseNet-121 + Mixup, and the smooth SVM does with ResNet-18 + Cutout (S20 has no "
+        "smooth SVM with Mixup)",
+        lambda get, ks: _s20_pairs(get, [p for p in S20_PANELS if p != DENSENET_CUTOUT[0]],
+                                   _against("ce", ("smooth_svm", "topk_transition")), ["top5"])),
+    "densenet121 cutout top-5": ("with DenseNet-121 + Cutout no loss beats CE in top-5",
+                                 lambda get, ks: _s20_best(get, DENSENET_CUTOUT, "ce", ["top5"])),
+    "best top-5 per model": ("per model, no (loss, augmentation) beats the transition loss "
+                             "with Mixup in top-5", lambda get, ks: _s20_best_per_model(get)),
+    "cutout smooth svm over transition": (
+        "with Cutout, for each model, the smooth SVM beats the transition loss in top-5",
+        lambda get, ks: _s20_pairs(get, [p for p in S20_PANELS if p[1] == "cutout"],
+                                   _pair("smooth_svm", "topk_transition"), ["top5"])),
+    "grouping below ce": ("in every panel CE beats top-5 grouping in top-1 and in top-5",
+                          lambda get, ks: _s20_pairs(get, S20_PANELS, _pair("ce", "topk_group"),
+                                                     TABLE_METRICS)),
+    "transition over grouping": (
+        "in every panel the transition loss beats top-5 grouping in top-5",
+        lambda get, ks: _s20_pairs(get, S20_PANELS, _pair("topk_transition", "topk_group"),
+                                   ["top5"])),
+    # Fig. 6's text: get reads every top-k of the models selected by val top-5
+    "densenet121 cutout turning points": (
+        "with DenseNet-121 + Cutout the transition loss beats CE at every k ≥ 9 and top-5 "
+        "grouping beats CE at every k ≥ 11 (top-k of the models selected by val top-5)",
+        lambda get, ks: _s20_pairs(get, DENSENET_CUTOUT, _pair("topk_transition", "ce"),
+                                   [f"top{k}" for k in ks if k >= 9])
+        + _s20_pairs(get, DENSENET_CUTOUT, _pair("topk_group", "ce"),
+                     [f"top{k}" for k in ks if k >= 11])),
+    "other panels turning points": (
+        "with ResNet-18 + Cutout and DenseNet-121 + Mixup (the other conditions but the "
+        "DenseNet-121 + Cutout exception S20 describes next), for k ≤ 10: no loss beats CE for "
+        "k ≤ 2, the transition loss beats CE for k ≥ 3, top-5 grouping beats CE for k ≥ 6 (the "
+        "turning points are CE's defeats: with Cutout S20's own Table I has the smooth SVM above "
+        "the transition loss at k = 5)",
+        lambda get, ks: _s20_turning_points(
+            get, [("resnet18", "cutout"), ("densenet121", "mixup")], ks)),
+    "transition best beyond k = 10": (
+        "in every panel, at every recorded k > 10, the transition loss beats every other loss",
+        lambda get, ks: _s20_pairs(get, S20_PANELS, _over_others("topk_transition"),
+                                   [f"top{k}" for k in ks if k > 10])),
+}
+
+
+FIG6_CLAIMS = ("densenet121 cutout turning points", "other panels turning points",
+               "transition best beyond k = 10")  # read on top-k curves (S20Values, table=False)
+
+
+def s20_table_claims(runs: pd.DataFrame, claims: pd.DataFrame) -> pd.DataFrame:
+    """S20's claims about its CIFAR-100 results (``s20_cifar_claims.csv``: setting, claim, the
+    quoted sentence and its section) on an ``s20_cifar`` sweep's runs, each with its reading,
+    verdict and numbers (:data:`S20_TABLE_CLAIMS`)."""
+    curves = selected_by(runs, "val/top5").columns  # the k of every test top-k recorded
+    ks = sorted({int(name[len("test.top"):]) for name in curves
+                 if name.startswith("test.top") and name[len("test.top"):].isdigit()})
+    table, curves, rows = S20Values(runs, table=True), S20Values(runs, table=False), []
+    for setting, quote, location in zip(claims["setting"], claims["quote"], claims["location"]):
+        read_as, comparisons = S20_TABLE_CLAIMS[setting]
+        found = comparisons(curves if setting in FIG6_CLAIMS else table, ks)
+        rows.append({"setting": setting, "S20 says": f"\"{quote}\" ({location})",
+                     "read as": read_as, "verdict": combine(c.verdict for c in found),
+                     "numbers": evidence(found)})
+    return pd.DataFrame(rows, columns=["setting", "S20 says", "read as", "verdict", "numbers"])
+
+
 # ------------------------------------------------------------------------ G22 Fig. 3
 
 
@@ -306,3 +463,56 @@ def b18_tau_claims(last: list[dict], claim: str) -> pd.DataFrame:
     read = ("every τ ≥ 0.01 ends with a training top-5 accuracy of at least 95 %, τ = 0 and "
             "τ = 0.001 with at most 50 %")
     return claims_frame([claim_row("DenseNet 40-12, CIFAR-100", claim, read, comparisons)])
+
+
+# ------------------------------------------------------------------------ B18 Fig. 2b, G22 Fig. 2
+
+
+def _at(values: dict[float, pd.Series], test: Callable[[float], bool]) -> dict[float, pd.Series]:
+    return {x: v for x, v in sorted(values.items()) if test(x)}
+
+
+def b18_sparsity_claims(counts: dict[float, pd.Series], classes: int | None) -> pd.DataFrame:
+    """B18's claims on its Fig. 2b, on the mean number of non-zero coordinates of each run's
+    gradient per τ (``counts``: τ → the runs' values) and their share of the ``classes``
+    coordinates. "Sparse" is read as most coordinates zero (a share under 50 %), "not sparse" as
+    most non-zero: B18 gives no threshold."""
+    def share(values):
+        return 100.0 * values / classes if classes else pd.Series(dtype=float)
+    claims = [
+        ("τ = 0", '"its weak derivatives have at most two non-zero elements" (§3, of l_k)',
+         "at τ = 0 (the non-smooth l_5) the mean count is at most 2",
+         [threshold("τ = 0 mean count", v, high=2.0) for v in _at(counts, lambda t: t == 0).values()]),
+        ("τ ≥ 0.01", '"In Figure 2b, we observe that such high temperatures yield gradients that '
+         'are not sparse" (§3, Fig. 2); "such high": "τ is high enough (0.01 or larger)"',
+         "at every τ ≥ 0.01 most coordinates are non-zero (a share of at least 50 %)",
+         [threshold(f"τ = {t:g} share (%)", share(v), low=50.0)
+          for t, v in _at(counts, lambda t: t >= 0.01).items()]),
+        ("0 < τ < 0.01", '"When τ is positive but small, the function is smooth but the gradients '
+         'are numerically sparse (see Figure 2b)" (§3)',
+         "at every τ strictly between 0 and 0.01 most coordinates are zero (a share under 50 %)",
+         [threshold(f"τ = {t:g} share (%)", share(v), high=50.0)
+          for t, v in _at(counts, lambda t: 0 < t < 0.01).items()]),
+    ]
+    return claims_frame([claim_row(*claim) for claim in claims])
+
+
+def g22_sparsity_claims(counts: dict[float, pd.Series]) -> pd.DataFrame:
+    """G22's claims on its Fig. 2, on the mean number of non-zero gradient coordinates of each
+    run's first epoch per ε (``counts``: ε → the runs' values)."""
+    means = {e: float(v.mean()) for e, v in sorted(counts.items()) if len(v.dropna())}
+    steps = list(zip(means, list(means)[1:]))
+    largest = max(means, default=None)
+    claims = [
+        ("every ε", '"The number of non-zero gradients coordinates increases with ε" (§4.1)',
+         "the mean count never falls from one ε of the grid to the next",
+         [threshold(f"ε = {a:g} → {b:g}: change in the mean count", pd.Series([means[b] - means[a]]),
+                    low=0.0) for a, b in steps]),
+        ("largest ε", '"Even when ε is large, the number of non-zero gradient coordinates is small: '
+         'on average, 4 out of 100" (§4.1)',
+         "at the largest ε of the grid the mean count is 4 to the nearest whole number "
+         "(3.5 to 4.5; with B = 3 noise samples a gradient has at most 4 non-zero coordinates)",
+         [] if largest is None else [threshold(f"ε = {largest:g} mean count", counts[largest],
+                                               low=3.5, high=4.5)]),
+    ]
+    return claims_frame([claim_row(*claim) for claim in claims])

@@ -26,6 +26,7 @@ from topk.report.cells import (
     summarise_cell,
     summarise_groups,
 )
+from topk.report.claims import s20_table_claims
 from topk.report.render import Table, write_table
 from topk.report.runs import (
     Sweep,
@@ -40,6 +41,7 @@ from topk.report.runs import (
 from topk.report.tuning import TUNED_TABLES, tuned_table
 from topk.report.verdicts import (
     CELL_RULE,
+    CLAIM_RULE,
     TOO_FEW,
     binomial_se,
     cell_verdict,
@@ -56,6 +58,8 @@ CELL_LEGEND = (OURS_LEGEND + ", and [low, high] its 95 % t-interval; paper = the
                "(± its std, else (se …) its standard error from its sample); ours − paper in "
                "{unit}. " + CELL_RULE)
 Source = str | Callable[[pd.DataFrame], pd.Series]
+CLAIMS_CAPTION = ("What the paper claims about these results, in its words, and whether each "
+                  "claim holds on these runs. " + CLAIM_RULE)
 # the paper's number and the runs of a cell -> the number's standard error from the sample it was
 # counted on (percentage points), and why there is none (verdicts.CELL_RULE's s)
 SamplingError = Callable[[float, pd.DataFrame], tuple[float, str]]
@@ -67,10 +71,11 @@ def run_k(runs: pd.DataFrame) -> pd.Series:
                     zip(column(runs, "params.k"), column(runs, "params.loss.k"))), runs.index)
 
 
-def at_k(prefix: str) -> Callable[[pd.DataFrame], pd.Series]:
-    """The test metric ``<prefix><K>`` of each run at its own K (``macro_top`` → ``macro_top5``)."""
+def at_k(prefix: str, split: str = "test") -> Callable[[pd.DataFrame], pd.Series]:
+    """The ``split`` metric ``<prefix><K>`` of each run at its own K (``macro_top`` →
+    ``test.macro_top5``)."""
     def values(runs):
-        names = [None if k is None else f"test.{prefix}{int(k)}" for k in run_k(runs)]
+        names = [None if k is None else f"{split}.{prefix}{int(k)}" for k in run_k(runs)]
         return objects((runs.at[i, name] if name in runs.columns else None
                         for i, name in zip(runs.index, names)), runs.index)
     return values
@@ -292,6 +297,7 @@ class TableSpec:
     unit: str = "percentage points"
     # metric -> its published number's standard error where the paper reports no std
     sampling: Mapping[str, SamplingError] = field(default_factory=dict)
+    claims: Callable[[pd.DataFrame], pd.DataFrame] | None = None  # runs -> the paper's claims judged
 
     @property
     def row_names(self) -> tuple[str, ...]:
@@ -308,6 +314,11 @@ class TableSpec:
 
 
 NOISE, TEST15 = {"noise": lambda r: column(r, "params.dataset.noise", 0.0)}, ("top1", "top5")
+B18_MARGIN_NOTE = (
+    "val_topK: the validation top-k accuracy at the run's own k (top-1 for k = 1, top-5 for "
+    "k = 5) of its selected model, the epoch with the best one: B18 Appendix D.2.2's results "
+    "\"are obtained on our validation set, and do not make use of multiple crops\"; "
+    "(k, τ, α) = (1, 1, 0) is cross-entropy.")
 AVG15 = ("avg1", "avg5")  # average-k accuracy (Garcin et al. 2021) beside top-k, ours only
 AVG_NOTE = "; average-k accuracy beside it (not in the paper)"
 LOSS = {"loss": "loss"}
@@ -325,7 +336,8 @@ ZOO_TABLE = dict(rows=LOSS, metrics={m: f"test.{m}" for m in ZOO_METRICS}, notes
 TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
     TableSpec(id="s20_cifar", title="S20 Table I: CIFAR-100, test accuracy (%)",
               paper="s20_table1_cifar100", rows={"model": "model", "augment": "augment", **LOSS},
-              metrics={m: s20_test(m) for m in TEST15}, uses=s20_uses, notes=s20_notes),
+              metrics={m: s20_test(m) for m in TEST15}, uses=s20_uses, notes=s20_notes,
+              claims=lambda runs: s20_table_claims(runs, paper_results.load("s20_cifar_claims"))),
     TableSpec(id="b18_cifar_noise", paper="b18_table1_cifar100_noise", rows=NOISE, columns=LOSS,
               title="B18 Table 1: CIFAR-100 with label noise p, test accuracy (%)" + AVG_NOTE,
               metrics={m: f"test.{m}" for m in (*TEST15, *AVG15)},
@@ -335,6 +347,14 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               rows={"train_images": lambda r: column(r, "params.dataset.train_size", 1230000)},
               columns=LOSS, metrics={"top5": "test.top5", "avg5": "test.avg5"},
               sampling={"top5": binomial("test")}),
+    TableSpec(id="b18_margin", paper="b18_tables7_8_margin",
+              title="B18 Tables 7 (k = 1, τ = 1: top-1) and 8 (k = 5, τ = 0.1: top-5): margin α "
+              "of the smooth top-k SVM on ImageNet, ResNet-18, best validation top-k accuracy "
+              "(%), one crop",
+              rows={"k": run_k, "tau": "params.loss.tau", "alpha": "params.loss.alpha"},
+              metrics={"val_topK": at_k("top", "val")}, paper_columns={"val_topK": "accuracy"},
+              sampling={"val_topK": binomial("val")},
+              notes=lambda runs: [B18_MARGIN_NOTE]),
     TableSpec(id="b18_tau", paper="b18_table6_temperature", rows={"tau": b18_tau},
               title="B18 Table 6: temperature τ of the smooth top-5 SVM, top-5 accuracy (%)",
               metrics={"train_top5": train_top5_at_best, "test_top5": "test.top5"},
@@ -558,6 +578,10 @@ def build_table(table_id: str, sweep_dir: Path | None = None, outputs: Path = Pa
     preamble += unjudged_notes(cells)
     tidy = cells.drop(columns=["_row", "_column", "_row_rank", "_column_rank"], errors="ignore")
     verdicts = [v for v in tidy["verdict"] if v] if "verdict" in tidy.columns else []
+    if spec.claims is not None:  # the paper's claims about the table, judged on the same runs
+        judged = spec.claims(sweep.runs)
+        sections.append((CLAIMS_CAPTION, judged.set_index("setting")))
+        verdicts += list(judged["verdict"])
     return Table(spec.id, spec.title, preamble + spec.notes(sweep.runs), sections, tidy,
                  verdicts=verdicts, sweep=sweep)
 

@@ -74,6 +74,7 @@ class TrainerSchema:
     progress: bool = flag()
     progress_every: int = whole(1)
     tensorboard: bool = flag()
+    grad_nonzero: bool = flag()
     num_threads: int | None = whole(1, null="torch's default")
     amp: str = choice("off", "bf16", "fp16")
     channels_last: bool = flag()
@@ -86,9 +87,9 @@ class TrainerSchema:
 @dataclass
 class TrainSchema:
     """The top-level keys of ``conf/train.yaml``; the groups hold their own schemas. Hydra
-    composes the top level untyped (``n_samples`` and ``p22_steepness`` exist only where an
-    experiment or a protocol file sets them); :func:`topk.schema.check.check_config` holds it to
-    these rules."""
+    composes the top level untyped (``n_samples``, ``p22_steepness`` and ``b18_margin_settings``
+    exist only where an experiment or a protocol file sets them);
+    :func:`topk.schema.check.check_config` holds it to these rules."""
 
     experiment: str | None = text("an experiment name", null="not part of a paper experiment")
     protocol_card: str | None = text("the experiment's protocol card", null="no card")
@@ -101,6 +102,9 @@ class TrainSchema:
         "a mapping from sorter to steepness", lambda value: value is None or isinstance(value, dict))
     p22_top_m: int | None = whole(2, null="no truncation")  # the m of P22's top-k methods (p22_*)
     p22_method: str | None = text("a P22 method, one of conf/p22_method/", null="not a P22 method")  # its name
+    b18_margin_settings: dict[str, dict[str, float]] | None = anything(  # b18_margin's, per k
+        "a mapping from k1 and k5 to tau, lr and weight_decay",
+        lambda value: value is None or isinstance(value, dict))
     trainer: TrainerSchema = field(default_factory=TrainerSchema)
     dataset: Any = None
     model: Any = None
@@ -111,7 +115,8 @@ class TrainSchema:
     logger: Any = None
 
 
-OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness", "p22_top_m", "p22_method")  # top-level keys only some configs have
+# top-level keys only some configs have
+OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness", "p22_top_m", "p22_method", "b18_margin_settings")
 
 
 # ---- loss (topk/losses/) -------------------------------------------------------------------------
@@ -136,7 +141,7 @@ class TopKHingeSchema(TopKLossSchema):
 @dataclass
 class SmoothTopKSVMSchema(TopKLossSchema):
     tau: float = number(0)
-    alpha: float = number(above=0)
+    alpha: float = number(0)  # 0: no margin (B18 Tables 7-8; (k, tau, alpha) = (1, 1, 0) is CE)
 
 
 @dataclass
@@ -205,6 +210,8 @@ class CifarDenseNetSchema(ModelSchema):
     depth: int = whole(7)
     growth_rate: int = whole(1)
     drop_rate: float = number(0, below=1)
+    bottleneck: bool = flag()
+    compression: float = number(above=0, maximum=1)
 
 
 # ---- dataset (topk/data/) ------------------------------------------------------------------------
