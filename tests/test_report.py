@@ -213,6 +213,26 @@ def test_a_full_protocol_sweep_that_agrees_is_reproduced_and_one_that_differs_is
     assert moved.at["top1", "ci_low"] < moved.at["top1", "mean"] < moved.at["top1", "ci_high"]
 
 
+def test_s20_cifar_is_160_shared_runs_and_a_run_of_the_old_sweep_deviates(tmp_path):
+    """s20_cifar's protocol: one run per (model, augment, loss, seed) selecting on val/top1 and
+    keeping the val/top5 model (trainer.also_select_on); a run of the sweep that trained each
+    selection apart (selection_metric=val/top5, nothing kept beside it) deviates."""
+    proto, test = protocol("s20_cifar"), {"top1": 70.0, "top5": 90.0}
+    jobs = [dict(job) for job in proto.jobs if dict(job)["seed"] == 0 and dict(job)["augment"] == "mixup"
+            and dict(job)["model"] == "resnet18"]  # composing every setting takes seconds each
+    records = [{"status": "completed", "error": None, "experiment": "s20_cifar", "dataset": "cifar100",
+                "model": "resnet18", "augment": "mixup", "loss": job["loss"], "seed": 0,
+                "params": proto.params(tuple(job.items())), "best_epoch": 1, "selection_metric": "val/top1",
+                "val": test, "test": test, "epoch_seconds": 1.0, "versions": {"topk": "0"},
+                "provenance": provenance("2026-01-01T00:10:00Z")} for job in jobs]
+    fidelity = read_sweep(write_sweep(tmp_path / "shared", "s20_cifar", records), "s20_cifar").fidelity
+    assert (fidelity.expected, len(fidelity.job_runs), fidelity.faithful) == (160, 4, True)
+    old = {**records[0], "params": {**records[0]["params"], "trainer.selection_metric": "val/top5",
+                                    "trainer.also_select_on": []}}
+    fidelity = read_sweep(write_sweep(tmp_path / "old", "s20_cifar", [old]), "s20_cifar").fidelity
+    assert set(fidelity.deviations) == {"trainer.selection_metric", "trainer.also_select_on"}
+
+
 def test_a_cut_down_sweep_deviates_and_names_the_keys(tmp_path):
     """`-m +experiment=s20_exp1 trainer.epochs=3 seed=0`: every run completed, but it is not the
     protocol: 3 epochs and one seed of ten, both listed; the expected runs are the protocol's."""
