@@ -45,7 +45,6 @@ from topk.engine import (
     RunInterrupted,
     StopRequests,
     fit,
-    model_scores,
     multi_crop_scores,
     preemption_signal,
     resolve_device,
@@ -260,7 +259,8 @@ def _split_batches(splits, split, name, trainer, seed, device, image_augment, no
         on_device = image_augment.device_transform(normalize) if training else normalize
         return ImageBatches(
             split, batch_size, shuffle=training, seed=seed, device=device,
-            image_transform=splits.image_transform(training, image_augment.random_crop, image_augment.flip),
+            image_transform=splits.image_transform(training, image_augment.random_crop, image_augment.flip,
+                                                   ten_crop=name in ten_crop_splits(splits)),
             device_transform=Compose(on_device, layout) if layout else on_device,
             num_workers=int(trainer.num_workers), **shares,
         )
@@ -295,12 +295,17 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
     )
 
 
-def eval_scores(splits):
-    """How evaluation scores a batch: ten crops per test image combined through B18's top-k
-    marginals (``dataset.ten_crop``), or the model's output."""
-    if isinstance(splits, ImageFileSplits) and splits.ten_crop:
-        return partial(multi_crop_scores, marginal_k=splits.marginal_k)
-    return model_scores
+def ten_crop_splits(splits) -> tuple[str, ...]:
+    """The splits scored on ten crops: the test split where ``dataset.ten_crop`` (B18 §5.2 tests
+    on ten crops; its code selects the model on one centre crop of each validation image)."""
+    return ("test",) if isinstance(splits, ImageFileSplits) and splits.ten_crop else ()
+
+
+def eval_scores(splits) -> dict:
+    """How evaluation scores a batch, per split: ten crops per image combined through B18's
+    top-k marginals on :func:`ten_crop_splits`, the model's output elsewhere."""
+    multi_crop = partial(multi_crop_scores, marginal_k=getattr(splits, "marginal_k", 5))
+    return {split: multi_crop for split in ten_crop_splits(splits)}
 
 
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,

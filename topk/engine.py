@@ -93,7 +93,7 @@ class FitSettings:
     class_groups: dict[str, list[int]] | None = None  # e.g. many/medium/few-shot classes
     amp: str = "off"  # off | bf16 | fp16: autocast of the forward pass (losses stay float32)
     config: dict | None = None  # the flat resolved run config, remembered by checkpoints/last.pt
-    eval_scores: Callable = model_scores  # how evaluation scores a batch (see evaluate)
+    eval_scores: Mapping[str, Callable] = field(default_factory=dict)  # per split; model_scores elsewhere
     grad_nonzero: bool = False  # history's train/grad_nonzero (topk.gradients.NonZeroGradients)
 
 
@@ -414,17 +414,19 @@ def evaluate(
 def evaluate_splits(
     model, loss_fn, eval_batches: Mapping[str, object], ks, num_classes, class_groups=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS,
-    scores_of: Callable = model_scores,
+    scores_of: Mapping[str, Callable] | None = None,
 ) -> dict[str, tuple[dict[str, float], TopKAccumulator]]:
-    """:func:`evaluate` on every split: ``{split: (metrics, accumulator)}``. With a ``val``
+    """:func:`evaluate` on every split: ``{split: (metrics, accumulator)}``, each split scored by
+    ``scores_of[split]`` (:func:`multi_crop_scores` for ten-crop test images), else by
+    :func:`model_scores`. With a ``val``
     split, every split's metrics hold ``avg{k}`` and ``macro_avg{k}`` too, at the threshold the
     ``val`` split sets (:func:`average_k_metrics`); without one they are absent."""
     device, collected = next(model.parameters()).device, {}
     if "val" in eval_batches:  # average-k accuracy needs the val split's threshold
         collected = {split: AverageKAccumulator(split == "val", device) for split in eval_batches}
     evaluations = {
-        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed, scores_of,
-                        average_k=collected.get(split))
+        split: evaluate(model, loss_fn, batches, ks, num_classes, class_groups, precision, distributed,
+                        (scores_of or {}).get(split, model_scores), average_k=collected.get(split))
         for split, batches in eval_batches.items()
     }
     for split, metrics in average_k_metrics(collected, ks, num_classes, distributed).items():

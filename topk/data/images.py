@@ -69,8 +69,10 @@ class ImageFileSplits(DataSplits):
     ``image_size``: side of the crops the model sees; ``resize_size``: the shorter side images
     are resized to before a centre crop, ten-crop or (``train_crop=resize_then_random``) the
     training crop; ``train_crop``: the random training crop, ``resize_then_random`` (B18 §5.2) or
-    ``random_resized`` (``RandomResizedCrop``); ``ten_crop``: test on ten crops per image,
-    combined through B18's top-``marginal_k`` marginal probabilities (Appendix C);
+    ``random_resized`` (``RandomResizedCrop``); ``ten_crop``: score the test split on ten crops
+    per image, combined through B18's top-``marginal_k`` marginal probabilities (Appendix C), and
+    the validation split on one centre crop as B18's code selects its model (B18 §5.2: "At test
+    time, we use the standard ten-crop procedure");
     ``class_names``: readable class names where the data set has them.
     """
 
@@ -99,15 +101,18 @@ class ImageFileSplits(DataSplits):
     def input_shape(self) -> tuple[int, ...]:
         return (3, self.image_size, self.image_size)
 
-    def image_transform(self, training: bool, random_crop: bool = False, flip: bool = False):
-        """The per-image (worker-side) transform of the training or evaluation images."""
+    def image_transform(self, training: bool, random_crop: bool = False, flip: bool = False,
+                        ten_crop: bool | None = None):
+        """The per-image (worker-side) transform of the training or evaluation images; evaluation
+        images are ten crops where ``ten_crop`` (default: ``self.ten_crop``), else a centre crop."""
+        ten_crop = self.ten_crop if ten_crop is None else ten_crop
         if training and random_crop and self.train_crop == "random_resized":
             steps = [v2.RandomResizedCrop(self.image_size, antialias=True)]
         elif training and random_crop:  # resize_then_random
             steps = [v2.Resize(self.resize_size, antialias=True), v2.RandomCrop(self.image_size)]
         else:
             steps = [v2.Resize(self.resize_size, antialias=True)]
-            if not training and self.ten_crop:
+            if not training and ten_crop:
                 steps.append(v2.TenCrop(self.image_size))
                 return v2.Compose([v2.PILToTensor(), *steps, _StackCrops()])
             steps.append(v2.CenterCrop(self.image_size))
