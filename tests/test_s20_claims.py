@@ -3,10 +3,14 @@ table (topk.report.claims.s20_table_claims)."""
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
+from test_s20_synthetic_claims import PAPER, flat
 
 from topk import paper_results
 from topk.records import EMPTY_PROVENANCE, write_results
+from topk.report.claims import S20_TABLE_CLAIMS
 from topk.report.tables import build_table
 
 TABLE_I = paper_results.load("s20_table1_cifar100")
@@ -70,7 +74,8 @@ def test_table_i_means_make_every_table_claim_hold(tmp_path):
     assert beyond_10["verdict"] == "does not hold"
     assert "densenet121 + cutout top12: topk_transition − topk_group = -0.40" in beyond_10["numbers"]
     assert claims.loc["top-1", "S20 says"] == ('"The table shows CE performed the best in top-1 '
-                                               'accuracy, as we expected" (§V-B (Table I))')
+                                               'accuracy, as we expected" (S20 §V-B, Table I)')
+    assert claims.loc["top-1", "claim"] == "CE has the best top-1 accuracy in every panel"
     assert "The table shows CE performed the best in top-1 accuracy" in table.markdown()
     assert table.verdicts.count("holds") == 8  # 7 Table I claims, 1 top-k claim
 
@@ -82,3 +87,13 @@ def test_a_loss_above_ce_in_top1_fails_the_top1_claims(tmp_path):
     assert claims.loc["grouping below ce", "verdict"] == "does not hold"
     assert "resnet18 + cutout top1: ce − topk_group = -4.12" in claims.loc["top-1", "numbers"]
     assert claims.loc["transition over grouping", "verdict"] == "holds"  # a top-5 claim
+
+
+def test_every_claim_has_its_section_and_s20s_own_sentence():
+    claims = paper_results.load("s20_cifar_claims")
+    assert set(claims["setting"]) == set(S20_TABLE_CLAIMS)  # each claim has its reading
+    for row in claims.itertuples():
+        assert re.fullmatch(r"S20 §V-B, (Table I|Fig\. 6 text)(; (Table I|§VI))?", row.location), row
+    if PAPER.is_file():  # the developers' copy of S20's text
+        text = flat(PAPER.read_text())
+        assert [q for q in claims["quote"] if flat(q) not in text] == []

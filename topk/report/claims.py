@@ -400,19 +400,19 @@ FIG6_CLAIMS = ("densenet121 cutout turning points", "other panels turning points
 
 def s20_table_claims(runs: pd.DataFrame, claims: pd.DataFrame) -> pd.DataFrame:
     """S20's claims about its CIFAR-100 results (``s20_cifar_claims.csv``: setting, claim, the
-    quoted sentence and its section) on an ``s20_cifar`` sweep's runs, each with its reading,
-    verdict and numbers (:data:`S20_TABLE_CLAIMS`)."""
+    quoted sentence and its section) on an ``s20_cifar`` sweep's runs, each with its sentence
+    (column S20 says), reading, verdict and numbers (:data:`S20_TABLE_CLAIMS`)."""
     curves = selected_by(runs, "val/top5").columns  # the k of every test top-k recorded
     ks = sorted({int(name[len("test.top"):]) for name in curves
                  if name.startswith("test.top") and name[len("test.top"):].isdigit()})
     table, curves, rows = S20Values(runs, table=True), S20Values(runs, table=False), []
-    for setting, quote, location in zip(claims["setting"], claims["quote"], claims["location"]):
+    for setting, claim in zip(claims["setting"], claims["claim"]):
         read_as, comparisons = S20_TABLE_CLAIMS[setting]
-        found = comparisons(curves if setting in FIG6_CLAIMS else table, ks)
-        rows.append({"setting": setting, "S20 says": f"\"{quote}\" ({location})",
-                     "read as": read_as, "verdict": combine(c.verdict for c in found),
-                     "numbers": evidence(found)})
-    return pd.DataFrame(rows, columns=["setting", "S20 says", "read as", "verdict", "numbers"])
+        rows.append(claim_row(setting, claim, read_as,
+                              comparisons(curves if setting in FIG6_CLAIMS else table, ks)))
+    frame = claims_frame(rows)
+    frame.insert(2, "S20 says", s20_says(claims))
+    return frame
 
 
 # ------------------------------------------------------------------------ G22 Fig. 3
