@@ -130,7 +130,7 @@ def test_s20_cifar():
                    batch_size=128)
     cutout = compose_job("s20_cifar", augment="cutout").augment
     assert cutout.images.cutout_size == 8 and cutout.images.crop_padding == 4 and cutout.mix is None
-    assert list(compose_job("s20_cifar").trainer.ks) == list(range(1, 31))
+    assert list(compose_job("s20_cifar").trainer.ks) == list(range(1, 41))  # S20's k = 33 for CE
 
 
 @pytest.mark.parametrize("experiment,noise,losses,seeds", [

@@ -219,6 +219,18 @@ def claims_frame(rows: list[dict]) -> pd.DataFrame:
 # ------------------------------------------------------------------------ S20 Fig. 6
 
 
+def ce_reaching(ce: int | None, last_k: int) -> Comparison:
+    """S20 §V-B's CE side of "k = 25 saving 8": CE's mean first reaches 99 % at k = 33 ± 3. Runs
+    that record top-k only up to ``last_k`` < 36 (s20_cifar recorded k ≤ 30 before) can only show
+    that CE has not reached it by then."""
+    if last_k < 36:
+        return Comparison(f"smallest k ≤ {last_k} where CE reaches 99 %", HOLDS if ce is None else FAILS,
+                          math.nan if ce is None else float(ce))
+    return Comparison("smallest k where CE reaches 99 %",
+                      HOLDS if ce is not None and abs(ce - 33) <= 3 else FAILS,
+                      math.nan if ce is None else float(ce))
+
+
 def s20_cifar_claims(runs: pd.DataFrame, ks: list[int], claims: pd.DataFrame) -> pd.DataFrame:
     """S20's two CIFAR-100 claims (ResNet-18 with Mixup) on one panel's runs, each beside its
     sentence in S20 (column S20 says)."""
@@ -246,12 +258,12 @@ def s20_cifar_claims(runs: pd.DataFrame, ks: list[int], claims: pd.DataFrame) ->
         reaching = [Comparison("smallest k where the transition loss reaches 99 %",
                                HOLDS if transition is not None and abs(transition - 25) <= 3 else FAILS,
                                math.nan if transition is None else float(transition)),
-                    Comparison(f"smallest k ≤ {max(ks)} where CE reaches 99 %",
-                               HOLDS if ce is None else FAILS, math.nan if ce is None else float(ce))]
+                    ce_reaching(ce, max(ks))]
     read = ["for k ≤ 2 no loss beats CE, for k ≥ 3 no loss beats the top-5 transition loss, and "
             "for k ≥ 6 top-5 grouping beats CE",
-            "the transition loss's mean top-k accuracy first reaches 99 % at k = 25 ± 3, CE's "
-            f"not by k = {max(ks)} (S20: k = 33)"]
+            "the transition loss's mean top-k accuracy first reaches 99 % at k = 25 ± 3, CE's at "
+            f"k = 33 ± 3 (S20: 'saving 8'; runs recording k ≤ {max(ks)} < 36 can only show it is not "
+            "reached by then)"]
     frame = claims_frame([claim_row(s, c, r, comparisons) for (s, c), r, comparisons in
                           zip(zip(claims["setting"], claims["claim"]), read, (ranking, reaching))])
     frame.insert(2, "S20 says", s20_says(claims))
