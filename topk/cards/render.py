@@ -1,9 +1,9 @@
 """Protocol cards as people read them: a Markdown page per experiment for the documentation site
 (``make cards`` writes ``docs/cards/``) and an HTML table for the report page.
 
-Rows keep the card's order (fragments first, then the experiment's own keys), one row per case;
-``inferred`` and ``our choice`` rows are marked, so a reader sees at once which values the paper
-does not give.
+Rows follow the card's sections (data, model, loss, augmentation, optimiser, schedule, training),
+one per case; ``inferred`` and ``our choice`` rows are marked, so a reader sees at once which
+values the paper does not give.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ INTRO = ("Every value of this experiment that changes what a run learns or repor
          "source: **cited** (the paper's words, quoted), **code** (the published code), "
          "**inferred** (reasoned from the paper) or **choice** (ours, with why). Values at a "
          "swept key list the sweep. A test composes every job of the sweep and fails when a key "
-         "has no row here or a row's value is not the composed one.")
+         "has no line here or a line's value is not the composed one.")
 
 
 def evidence(entry: Entry) -> str:
@@ -34,17 +34,41 @@ def rows(card: Card, facts: bool = False) -> list[dict[str, str]]:
             for e in (card.facts if facts else card.entries)]
 
 
+MARKDOWN_SPECIALS = "\\`*_[]<>|$"
+
+
 def _cell(text: str) -> str:
+    """Free text in a Markdown table cell, shown as written (``__dict__[name]()`` is no link)."""
+    for special in MARKDOWN_SPECIALS:
+        text = text.replace(special, "\\" + special)
+    return text.replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    """Text in a code span of a table cell: only the column separator is escaped."""
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(table: list[dict[str, str]]) -> list[str]:
-    lines = ["| key | value | for | source | where | quote or reasoning |", "|---|---|---|---|---|---|"]
+LABELS = {"cited": "cited", "code": "published code", "inferred": "inferred", "choice": "our choice"}
+SECTION_TITLES = {"dataset": "Data", "model": "Model", "loss": "Loss", "k": "Loss",
+                  "n_samples": "Loss", "augment": "Augmentation", "optim": "Optimiser",
+                  "schedule": "Schedule", "trainer": "Training and selection"}
+
+
+def markdown_items(table: list[dict[str, str]], sections: bool = True) -> list[str]:
+    """One bullet per row, under a heading per config section: key = value (for which jobs) —
+    source, where: the quote or the reasoning. Inferred and chosen rows are in bold."""
+    lines, title = [], None
     for row in table:
-        source = f"**{row['source']}**" if row["source"] in MARKED else row["source"]
-        lines.append("| " + " | ".join([f"`{row['key']}`", f"`{_cell(row['value'])}`",
-                                        _cell(row["when"]) or "every job", source,
-                                        _cell(row["where"]), _cell(row["evidence"])]) + " |")
+        section = SECTION_TITLES.get(row["key"].split(".")[0], "Run")
+        if sections and section != title:
+            lines += ["", f"## {section}", ""] if lines or title is None else []
+            title = section
+        for_jobs = f" (for {_cell(row['when'])})" if row["when"] else ""
+        source = f"**{LABELS[row['source']]}**" if row["source"] in MARKED else LABELS[row["source"]]
+        where = f" ({_cell(row['where'])})" if row["where"] else ""
+        lines.append(f"- `{row['key']}` = `{_code(row['value'])}`{for_jobs} — {source}{where}: "
+                     f"{_cell(row['evidence'])}")
     return lines
 
 
@@ -54,11 +78,11 @@ def card_markdown(card: Card) -> str:
     lines = [f"# `{card.experiment}`: {card.reproduces}", "",
              f"`python train.py -m +experiment={card.experiment}` · card: "
              f"`topk/cards/{card.experiment}.yaml`", "", INTRO, "",
-             "Rows: " + ", ".join(f"{n} {SOURCES[name]}" for name, n in counts.items()) + ".", "",
-             *markdown_table(rows(card))]
+             "Values: " + ", ".join(f"{n} {SOURCES[name]}" for name, n in counts.items()) + ".",
+             *markdown_items(rows(card))]
     if card.facts:
         lines += ["", "## Fixed in code", "", "Protocol facts that no config key sets.", "",
-                  *markdown_table(rows(card, facts=True))]
+                  *markdown_items(rows(card, facts=True), sections=False)]
     return "\n".join(lines) + "\n"
 
 
@@ -98,10 +122,10 @@ def card_html(card: Card) -> str:
     marked = sum(e.source in MARKED for e in card.entries)
     body = "".join(
         f'<tr class="{"marked" if row["source"] in MARKED else ""}"><td><code>{html.escape(row["key"])}'
-        f"</code></td><td><code>{html.escape(row['value'])}</code></td><td>{html.escape(row['when'])}</td>"
-        f"<td>{html.escape(SOURCES[row['source']])}</td><td>{html.escape(row['where'])}</td>"
+        f"</code></td><td><code>{html.escape(row['value'])}</code></td><td>{html.escape(row['when'] or 'every job')}</td>"
+        f"<td>{html.escape(LABELS[row['source']])}</td><td>{html.escape(row['where'])}</td>"
         f"<td>{html.escape(row['evidence'])}</td></tr>" for row in rows(card))
     return (f"<details><summary>Protocol card: {len(card.entries)} values, {marked} of them inferred "
-            f"or our choice (marked)</summary><div class=\"scroll\"><table><thead><tr><th>key</th>"
+            f"or our choice (marked)</summary><div class=\"scroll\"><table class=\"card\"><thead><tr><th>key</th>"
             f"<th>value</th><th>for</th><th>source</th><th>where</th><th>quote or reasoning</th>"
             f"</tr></thead><tbody>{body}</tbody></table></div></details>")

@@ -33,6 +33,8 @@ img {{ display: block; max-width: 100%; width: {image_width}px; margin: .6em 0 1
 .none {{ background: #eee; color: #555; }}
 .error {{ color: #a00; }}
 tr.marked td {{ background: #fff6dd; }}
+table.card td:nth-child(2) {{ min-width: 11em; max-width: 16em; overflow-wrap: anywhere; }}
+table.card td:last-child {{ min-width: 26em; }}
 details {{ margin: .5em 0 1em; }}
 summary {{ cursor: pointer; color: #345; }}
 </style>
