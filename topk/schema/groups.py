@@ -258,6 +258,7 @@ class ImageFolderSchema(DatasetSchema):
     root: str = text("a folder")
     image_size: int = whole(1)
     resize_size: int = whole(1)
+    train_crop: str = choice("resize_then_random", "random_resized")
     check_images: bool = flag()
 
 
@@ -267,7 +268,6 @@ class ImageNetSchema(ImageFolderSchema):
     train_size: int | None = whole(1, null="all the rest")
     split_seed: int = whole(0)
     ten_crop: bool = flag()
-    train_crop: str = choice("resize_then_random", "random_resized")
     marginal_k: int = whole(1)
 
 
