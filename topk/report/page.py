@@ -36,25 +36,28 @@ from topk.report.tables import TABLE_IDS, make_table
 from topk.report.template import PAGE
 from topk.report.verdicts import AGREES, DIFFERS, FAILS, HOLDS
 
-# id -> (what it reproduces, data it needs, compute on the 2-core CPU of `make bench-epochs`)
+# id -> (what it reproduces, data it needs, compute on the 2-core CPU of `make bench-epochs`; the
+# DenseNet experiments' hours are 0.36 x those measured for the basic DenseNet, the DenseNet-BC's
+# step time over the basic one's, docs/experiments.md#paper-results)
 ITEMS = {
     "s20_exp1": ("S20 Fig. 2 (synthetic)", "none", "about 100 s"),
     "s20_exp2": ("S20 Fig. 3 (synthetic)", "none", "about 100 s"),
     "s20_exp3": ("S20 Fig. 4 (synthetic)", "none", "about 120 s"),
     "s20_cifar": ("S20 Table I, Fig. 6", "CIFAR-100", "12,400 h (160 runs)"),
-    "b18_cifar_noise": ("B18 Table 1", "CIFAR-100", "18,800 h (36 runs)"),
+    "b18_cifar_noise": ("B18 Table 1", "CIFAR-100", "6,800 h (36 runs)"),
     "b18_imagenet": ("B18 Table 2", "ImageNet", "13,900 h (10 runs)"),
     "b18_margin": ("B18 Tables 7, 8 (margin α)", "ImageNet", "14,100 h (4 runs)"),
-    "b18_tau": ("B18 Table 6, Fig. 2a", "CIFAR-100", "740 h (14 runs)"),
+    "b18_tau": ("B18 Table 6, Fig. 2a", "CIFAR-100", "270 h (14 runs)"),
     "b18_sparsity": ("B18 Fig. 2b (gradient sparsity)", "CIFAR-100",
-                     "about 1.5 h (7 one-epoch runs)"),
+                     "about 0.5 h (7 one-epoch runs)"),
     "b18_speed": ("B18 Tables 3–5", "none", "a few minutes"),
-    "g22_epsilon": ("G22 Table 2", "CIFAR-100", "4,200 h (8 runs)"),
-    "g22_samples": ("G22 Table 3", "CIFAR-100", "3,700 h (7 runs)"),
+    "g22_epsilon": ("G22 Table 2", "CIFAR-100", "1,500 h (8 runs)"),
+    "g22_samples": ("G22 Table 3", "CIFAR-100", "1,300 h (7 runs)"),
     "g22_sparsity": ("G22 Fig. 2 (gradient sparsity)", "CIFAR-100",
-                     "about 15 h (8 one-epoch runs)"),
-    "g22_time": ("G22 Fig. 3", "none (random CIFAR-shaped images)", "16 minutes (45 runs)"),
-    "g22_cifar_noise": ("G22 Tables 4, 6", "CIFAR-100", "15,700 h (30 runs)"),
+                     "about 5 h (8 one-epoch runs)"),
+    "g22_time": ("G22 Fig. 3", "none (random CIFAR-shaped images)",
+                 "about 6 minutes (45 runs; 16 measured with the basic DenseNet)"),
+    "g22_cifar_noise": ("G22 Tables 4, 6", "CIFAR-100", "5,700 h (30 runs)"),
     "g22_plantnet": ("G22 Tables 5, 7", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
                      "26,700 h (72 runs)"),
     "g22_imagenet_lt": ("G22 preprint §4.5.2, Table 6 (numbers lost from the text)",
@@ -65,7 +68,7 @@ ITEMS = {
                   "450 h (22 runs)"),
     "p22_imagenet": ("P22 Tables 2, 3, ImageNet-1K (published numbers not on file)",
                      "P22's ImageNet embeddings", "tens of hours (22 runs, not timed)"),
-    "zoo_cifar100": ("every loss on CIFAR-100", "CIFAR-100", "30,900 h (28 runs)"),
+    "zoo_cifar100": ("every loss on CIFAR-100", "CIFAR-100", "11,100 h (28 runs)"),
     "zoo_plantnet": ("every loss on Pl@ntNet-300K", "Pl@ntNet-300K and ResNet-50 ImageNet weights",
                      "22,500 h (42 runs)")}
 STATUS = {
