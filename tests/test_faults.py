@@ -135,7 +135,7 @@ SCHEMA_REFUSED = [
     (["schedule.milestones=[1.5]"], r"schedule.milestones must be a list of increasing whole numbers .* got 1.5 in the list\.$"),
     (["loss=smooth_svm", "loss.tau=abc"], r"loss.tau must be a finite number of at least 0, got 'abc'\.$"),
     (["loss=smooth_svm", "loss.tau=inf"], r"loss.tau must be a finite number of at least 0, got inf\.$"),
-    (["loss=smooth_svm", "loss.alpha=[1,2]"], r"loss.alpha must be a finite number above 0, got \[1, 2\]\.$"),
+    (["loss=smooth_svm", "loss.alpha=[1,2]"], r"loss.alpha must be a finite number of at least 0, got \[1, 2\]\.$"),
     (["dataset.sigma=nan"], r"dataset.sigma must be a finite number of at least 0, got nan\.$"),
     (["image_size=0"], r"image_size must be a whole number of at least 1, got 0\.$"),
     (["loss=hnge"], r"loss=hnge is not an option of loss; did you mean loss=hinge\? choose one of cal_hinge, ce"),

@@ -361,7 +361,7 @@ def test_b18_tau_training_error_per_epoch_and_table_6(b18_tau_sweep, tmp_path):
     assert set(table["tau"]) == {0.0, 0.01, 0.1, 1.0}
     # tau = 1: our last epoch 1.00 % error = 99.00 % accuracy beside B18's 99.78 %.
     assert "| 1 | 2/2 seeds | 4 | 1.00 ± 0.71 | 99.00 | 99.78 | 0.22 | -0.78 |" in markdown
-    assert "| 0.1 | 0/1 seeds, 1 failed | – | – | – | 99.73 | 0.27 | – |" in markdown
+    assert "| 0.1 | 0/2 seeds, 1 failed, 1 missing | – | – | – | 99.73 | 0.27 | – |" in markdown  # two seeds
     assert "| 100 | no run |" in markdown
     assert "random predictions" in markdown
     # B18's claim, read as thresholds on the last training top-5 accuracy: τ = 0.01 ends at 90 %

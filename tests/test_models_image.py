@@ -51,15 +51,18 @@ def test_each_config_instantiates_a_model_scoring_cifar_images(name):
     assert _scores(model, (3, 32, 32)).shape == (2, 10)
 
 
+BASIC = {"bottleneck": False, "compression": 1.0}  # Huang et al.'s basic DenseNet (the default is BC)
+
+
 def test_densenet40_parameter_counts_match_huang_et_al():
     # Huang et al. (2017), Table 2: DenseNet (L=40, k=12) has 1.0M parameters on C10.
-    k12 = _count(CifarDenseNet(10, (3, 32, 32), depth=40, growth_rate=12))
+    k12 = _count(CifarDenseNet(10, (3, 32, 32), depth=40, growth_rate=12, **BASIC))
     assert k12 == 1_019_722 and abs(k12 - 1.0e6) / 1.0e6 < 0.03
-    assert _count(CifarDenseNet(10, (3, 32, 32), depth=40, growth_rate=40)) == 10_550_362
+    assert _count(CifarDenseNet(10, (3, 32, 32), depth=40, growth_rate=40, **BASIC)) == 10_550_362
 
 
 def test_densenet_block_structure_and_cosine_head():
-    model = CifarDenseNet(7, (1, 16, 16), depth=10, growth_rate=4, head="cosine")
+    model = CifarDenseNet(7, (1, 16, 16), depth=10, growth_rate=4, head="cosine", **BASIC)
     assert isinstance(model.fc, CosineClassifier)
     # 16 initial channels + 3 blocks of 2 layers adding 4 maps each, no compression.
     assert model.fc.weight.shape == (7, 16 + 3 * 2 * 4)
@@ -69,14 +72,14 @@ def test_densenet_block_structure_and_cosine_head():
 @pytest.mark.parametrize("depth", [39, 5, 4])
 def test_densenet_rejects_depths_without_three_equal_blocks(depth):
     with pytest.raises(ConfigError, match=f"model.depth={depth} is not a CIFAR DenseNet depth"):
-        CifarDenseNet(10, (3, 32, 32), depth=depth)
+        CifarDenseNet(10, (3, 32, 32), depth=depth, **BASIC)
 
 
 def test_densenet40_bc_parameter_counts_match_the_published_codes_densenet3():
     # B18's and G22's DenseNet3(40, 100, growth_rate) with its defaults bottleneck=True,
     # reduction=0.5 (experiments/models/densenet.py of both), instantiated once outside the suite.
     for growth_rate, published in ((40, 1_941_620), (12, 188_092)):
-        model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=growth_rate, bottleneck=True, compression=0.5)
+        model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=growth_rate, )
         assert _count(model) == published
 
 
@@ -93,7 +96,7 @@ def _blocks(model: CifarDenseNet) -> list[list[nn.Module]]:
 
 
 def test_densenet40_12_bc_blocks_transitions_and_first_convolution():
-    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=12, bottleneck=True, compression=0.5)
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=12, )
     assert model.features[0].out_channels == 24  # 2k for DenseNet-BC
     blocks = _blocks(model)
     assert [len(block) - 1 for block in blocks] == [6, 6, 6]  # (40 - 4) / 6 bottlenecked layers
@@ -106,14 +109,14 @@ def test_densenet40_12_bc_blocks_transitions_and_first_convolution():
 
 
 def test_densenet40_40_bc_channels_after_each_transition():
-    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=40, bottleneck=True, compression=0.5)
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=40, )
     transitions = [m for m in model.features if isinstance(m, Transition)]
     assert [(t[2].in_channels, t[2].out_channels) for t in transitions] == [(320, 160), (400, 200)]
     assert model.features[0].out_channels == 80 and model.fc.in_features == 440
 
 
 def test_densenet_basic_keeps_16_first_channels_and_every_map():
-    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=12)
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=12, **BASIC)
     blocks = _blocks(model)
     assert model.features[0].out_channels == 16 and [len(block) - 1 for block in blocks] == [12, 12, 12]
     assert all(layer.bottleneck is None for block in blocks for layer in block[:-1])
@@ -130,7 +133,7 @@ def test_densenet_configs_build_densenet_bc_and_one_override_gives_the_basic_net
 
 def test_densenet_initialisation_is_the_published_codes():
     torch.manual_seed(0)
-    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=40, bottleneck=True, compression=0.5)
+    model = CifarDenseNet(100, (3, 32, 32), depth=40, growth_rate=40, )
     conv = model.features[3].bottleneck[2]  # 1x1 to 160 maps: std sqrt(2 / (1 · 1 · 160))
     assert abs(conv.weight.std().item() - (2 / 160) ** 0.5) < 0.005
     assert torch.equal(model.fc.bias, torch.zeros(100))
@@ -139,7 +142,7 @@ def test_densenet_initialisation_is_the_published_codes():
 @pytest.mark.parametrize("depth", [39, 7, 10 + 3])
 def test_densenet_bc_rejects_depths_without_whole_bottleneck_layers(depth):
     with pytest.raises(ConfigError, match=f"model.depth={depth} is not a CIFAR DenseNet depth; for a DenseNet-BC"):
-        CifarDenseNet(10, (3, 32, 32), depth=depth, bottleneck=True, compression=0.5)
+        CifarDenseNet(10, (3, 32, 32), depth=depth, )
 
 
 @pytest.mark.parametrize("compression", [0.0, 1.5, -0.5])

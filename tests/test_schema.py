@@ -127,8 +127,8 @@ REFUSED = [
     (["schedule.milestones=[20,10]"], "schedule.milestones must be a list of increasing whole numbers of at least 1 "
                                       "(epochs), e.g. [60, 120], got [20, 10]."),
     (["k=true"], "k must be a whole number of at least 1, got true."),
-    (["kk=3"], "kk is not a setting; did you mean k? the top-level settings are experiment, seed, "),
-    (["+foo=3"], "foo is not a setting; the top-level settings are experiment, seed, "),
+    (["kk=3"], "kk is not a setting; did you mean k? the top-level settings are experiment, protocol_card, seed, "),
+    (["+foo=3"], "foo is not a setting; the top-level settings are experiment, protocol_card, seed, "),
     (["loss.k=3"], "loss.k is not a setting of loss (torch.nn.CrossEntropyLoss); loss's settings are weight."),
     (["loss=hnge"], "loss=hnge is not an option of loss; did you mean loss=hinge? choose one of cal_hinge, ce, "),
     (["+experiment=nope"], "experiment=nope is not an option of experiment; choose one of b18_cifar_noise, "),

@@ -120,7 +120,9 @@ class CifarDenseNet(nn.Module):
         BN-ReLU-Conv1x1 to 4k maps before each layer's 3x3 convolution (DenseNet-B, §3).
     compression
         θ in (0, 1]: a transition outputs floor(θ·m) of a block's m maps (DenseNet-C at θ < 1, §3).
-        With both, this is DenseNet-BC, whose first convolution has 2k channels instead of 16.
+        With both (the defaults), this is DenseNet-BC, whose first convolution has 2k channels
+        instead of 16: the network B18's and G22's published codes train. The basic network is
+        ``bottleneck=False, compression=1.0``.
     pretrained
         Must be false: there are no published ImageNet weights for this network.
     """
@@ -133,8 +135,8 @@ class CifarDenseNet(nn.Module):
         growth_rate: int = 12,
         head: str = "linear",
         drop_rate: float = 0.0,
-        bottleneck: bool = False,
-        compression: float = 1.0,
+        bottleneck: bool = True,
+        compression: float = 0.5,
         pretrained: bool = False,
     ):
         super().__init__()
