@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_tables import cell  # one row of a tidy table by its keys
 
 from conftest import run_in_process
 from topk import paper_results
@@ -35,14 +36,6 @@ def table(tmp_path, experiment, records):
         (tmp_path / "sweep" / str(job)).mkdir(parents=True, exist_ok=True)
         write_results(tmp_path / "sweep" / str(job), {**rec, "experiment": experiment})
     return build_table(experiment, sweep_dir=tmp_path / "sweep")
-
-
-def cell(tidy, **keys):
-    rows = tidy
-    for name, value in keys.items():
-        rows = rows[rows[name] == value]
-    assert len(rows) == 1, keys
-    return rows.iloc[0]
 
 
 def published(name, column, **keys):
