@@ -21,6 +21,7 @@ import torch
 from topk.data.images import (
     IMAGENET_MEAN,
     IMAGENET_STD,
+    ImageFileSplit,
     ImageFileSplits,
     check_image_files,
     labelled_split,
@@ -63,6 +64,25 @@ def _class_names(root: Path, wnids: list[str]) -> list[str]:
     return [", ".join(wnid_to_names.get(wnid, (wnid,))) for wnid in wnids]
 
 
+def training_subset(rest: ImageFileSplit, train_size, num_classes: int, generator) -> ImageFileSplit:
+    """``train_size`` images of ``rest``, as many of each class (B18 §5.2's balanced subsets)."""
+    if (
+        isinstance(train_size, bool) or not isinstance(train_size, numbers.Integral)
+        or train_size < num_classes or train_size % num_classes
+    ):
+        raise ConfigError(
+            f"dataset.train_size={train_size} cannot be split into equal parts for the "
+            f"{num_classes} classes; choose a multiple of {num_classes} (or null for all)."
+        )
+    if train_size > len(rest):
+        raise ConfigError(
+            f"dataset.train_size={train_size} is larger than the {len(rest)} training images "
+            "left after the validation split; choose a smaller value or null for all."
+        )
+    per_class = train_size // num_classes
+    return rest.subset(balanced_subset(rest.y, per_class, generator, "dataset.train_size"))
+
+
 def imagenet(
     seed: int,
     root: str | Path,
@@ -96,7 +116,8 @@ def imagenet(
         The random training crop: ``resize_then_random`` (resize to ``resize_size``, then a random
         ``image_size`` crop; B18 §5.2) or ``random_resized`` (``RandomResizedCrop``).
     ten_crop : bool
-        Test on ten crops, ranking by the crops' mean top-``marginal_k`` marginals (B18 App. C).
+        Score the test split on ten crops, ranking by the crops' mean top-``marginal_k`` marginals
+        (B18 App. C); validation stays on one centre crop, as B18's code selects its model.
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
     """
@@ -118,23 +139,7 @@ def imagenet(
         held_out[val_positions] = True
         val = full.subset(val_positions)
     rest = full.subset(torch.nonzero(~held_out).flatten())
-    train = rest
-    if train_size is not None:
-        if (
-            isinstance(train_size, bool) or not isinstance(train_size, numbers.Integral)
-            or train_size < num_classes or train_size % num_classes
-        ):
-            raise ConfigError(
-                f"dataset.train_size={train_size} cannot be split into equal parts for the "
-                f"{num_classes} classes; choose a multiple of {num_classes} (or null for all)."
-            )
-        if train_size > len(rest):
-            raise ConfigError(
-                f"dataset.train_size={train_size} is larger than the {len(rest)} training images "
-                "left after the validation split; choose a smaller value or null for all."
-            )
-        per_class = train_size // num_classes
-        train = rest.subset(balanced_subset(rest.y, per_class, generator, "dataset.train_size"))
+    train = rest if train_size is None else training_subset(rest, train_size, num_classes, generator)
     refuse_untrained_classes(train.y, num_classes, f"the training folder {train_dir}", wnids)
     if check_images:
         check_image_files([train, val, test])
