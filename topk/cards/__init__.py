@@ -249,16 +249,28 @@ def _job_text(job) -> str:
     return " ".join(f"{key}={shown(normalise(value))}" for key, value in job) or "the one job"
 
 
-def job_values(proto, job) -> dict:
-    """What an entry's ``when`` is matched against: the job's swept values and the config group
-    choices it composes (``loss``, ``model``, ``dataset`` ... even where the sweep fixes them)."""
-    from topk.report.protocol import _compose, _override_text
+def job_config(proto, job) -> tuple[dict, dict]:
+    """A job's ``(values, params)``: what an entry's ``when`` is matched against (the job's swept
+    values and the config group choices it composes: ``loss``, ``model``, ``dataset`` ... even
+    where the sweep fixes them), and its flat composed config (as
+    :meth:`topk.report.protocol.Protocol.params`)."""
+    from topk.report.protocol import SEED, _override_text
 
-    setting = tuple(f"{key}={_override_text(value)}" for key, value in job if key != "seed")
-    choices = _compose((f"+experiment={proto.id}", *setting), hydra_node=True).hydra.runtime.choices
-    values = {key: value for key, value in choices.items() if not key.startswith("hydra")}
-    values.update(dict(job))
-    return values
+    setting = tuple(f"{key}={_override_text(value)}" for key, value in job if key != SEED)
+    choices, params = _setting_config(proto.id, setting)
+    seed = {key: value for key, value in job if key == SEED}
+    return {**choices, **dict(job)}, {**params, **seed}
+
+
+@functools.cache
+def _setting_config(experiment: str, setting: tuple[str, ...]) -> tuple[dict, dict]:
+    """The group choices and the flat config of one setting, from one composition."""
+    from topk.report.protocol import _compose
+    from topk.run_dir import run_params
+
+    cfg = _compose((f"+experiment={experiment}", *setting), hydra_node=True)
+    choices = {key: value for key, value in cfg.hydra.runtime.choices.items() if not key.startswith("hydra")}
+    return choices, run_params(cfg)
 
 
 def problems(experiment: str) -> list[str]:
@@ -271,7 +283,7 @@ def problems(experiment: str) -> list[str]:
     jobs_with: dict[str, list[str]] = {}  # a problem (first example) -> the jobs that have it
     used: set[tuple[str, int]] = set()
     for job in proto.jobs:
-        values, params = job_values(proto, job), proto.params(job)
+        values, params = job_config(proto, job)
         for key in result_keys(params):
             cases = [(i, e) for i, e in enumerate(card.entries) if e.key == key and e.applies_to(values)]
             used.update((key, i) for i, _ in cases)
