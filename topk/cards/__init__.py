@@ -108,10 +108,6 @@ class Card:
     def cases(self, key: str) -> list[Entry]:
         return [entry for entry in self.entries if entry.key == key]
 
-    @property
-    def keys(self) -> list[str]:
-        return list(dict.fromkeys(entry.key for entry in self.entries))
-
 
 class CardError(ValueError):
     """A card file that cannot be read as a card."""
