@@ -492,6 +492,9 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     check_config(cfg)  # the schema (checked before Hydra wrote anything, unless another sweeper made cfg)
+    target_problem = schema_store.job_target_problem(cfg, hydra_cfg)  # callables only conf/'s (docs/trust.md)
+    if target_problem is not None:
+        raise ConfigError(target_problem)
     distributed = dist_setup.from_environment()
     run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
     if resumes_by_itself(run_dir):

@@ -10,62 +10,84 @@ The run's own configuration (``<run>/.hydra/config.yaml``) builds the data set, 
 the loss, as ``train.py`` built them; ``key=value`` arguments change it (another data root, ten
 crops, an evaluation batch size, a device). The selected model (``checkpoints/best.pt``, or
 ``last.pt`` with ``--checkpoint last``) is scored on each split asked for, ten-crop where the
-data set's protocol says so, and the metrics go to ``<run>/eval.json`` (``--out`` elsewhere). A
-file that exists is never overwritten, and nothing else in the run directory changes. Missing
-runs, checkpoints or splits and unreadable files each stop with one sentence (``Error: ...``,
-exit status 1).
+data set's protocol says so, and the metrics go to ``<run>/eval.json`` (``--out`` elsewhere),
+written whole or not at all. A file that exists is never overwritten, and nothing else in the run
+directory changes. Missing runs, checkpoints or splits, unreadable files and folders that cannot
+be written each stop with one sentence (``Error: ...``, exit status 1), before the evaluation
+where they can be known before it.
+
+The run's configuration is data, never code (docs/trust.md): it is composed against the schema
+(:mod:`topk.schema.saved`), and each ``_target_`` in it may only name a callable that a config
+file of ``conf/`` names, or of a folder added with ``hydra.searchpath=[file://DIR]`` (for a run
+trained with option files of one's own); anything else stops with one sentence, and nothing of it
+runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import errno
 import json
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from omegaconf import OmegaConf  # noqa: E402
-from omegaconf.errors import OmegaConfBaseException  # noqa: E402
-
 import train  # noqa: E402
 from topk.data.transforms import Normalize  # noqa: E402
-from topk.engine import evaluate_splits, load_checkpoint, resolve_device  # noqa: E402
+from topk.engine import _unusable, evaluate_splits, load_checkpoint, resolve_device  # noqa: E402
 from topk.errors import CheckpointError, ConfigError, TopkError  # noqa: E402
 from topk.metrics import clip_ks  # noqa: E402
 from topk.precision import MixedPrecision  # noqa: E402
 from topk.records import strict_json  # noqa: E402
-from topk.schema.check import check_config  # noqa: E402
-from topk.schema.store import register  # noqa: E402
+from topk.run_dir import unwritable_reason  # noqa: E402
+from topk.schema.saved import saved_config  # noqa: E402
+from topk.schema.store import offered, register, search_path, split_searchpath  # noqa: E402
 
 register()  # the config's resolvers (if_null) and schemas
 
+ELSEWHERE = "write elsewhere with --out PATH (+eval_out=PATH with train.py)"
+
 
 def run_config(run_dir: Path, overrides: list[str]):
-    """The run's composed configuration with ``overrides`` (``key=value``) applied and checked."""
+    """The run's saved configuration with ``overrides`` (``key=value``) applied, read as data:
+    composed against the schema, its callables only those that the config files of ``conf/``
+    and of the folders of a ``hydra.searchpath=[...]`` among ``overrides`` name."""
+    added, overrides = split_searchpath(overrides)
+    return saved_config(config_path(run_dir), overrides, offered(search_path(train.CONF_DIR, added)))
+
+
+def config_path(run_dir: Path) -> Path:
+    """The run's saved configuration, ``.hydra/config.yaml``; one sentence if there is none."""
     path = run_dir / ".hydra" / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir} holds no run configuration ({path} is missing); give the directory of a "
                           "run that train.py wrote.")
-    try:
-        cfg = OmegaConf.merge(OmegaConf.load(path), OmegaConf.from_dotlist(overrides))
-    except OmegaConfBaseException as error:
-        raise ConfigError(f"the overrides {' '.join(overrides)} cannot be applied to {path} ({error}).") from None
-    check_config(cfg)
-    return cfg
+    return path
 
 
 def saved_model(run_dir: Path, which: str) -> tuple[dict, int | None]:
-    """The weights of ``checkpoints/<which>.pt`` and the epoch they come from."""
-    path = run_dir / "checkpoints" / f"{which}.pt"
+    """The weights of ``checkpoints/<which>.pt`` and the epoch they come from; one sentence
+    if it is missing or unusable, pointing to the other checkpoint only where it exists."""
+    folder = run_dir / "checkpoints"
+    path, other = folder / f"{which}.pt", "best" if which == "last" else "last"
+    has_other = (folder / f"{other}.pt").is_file()
+    if not path.is_file() and not has_other:
+        raise CheckpointError(f"{folder} holds neither best.pt nor last.pt (trainer.keep_checkpoints=none "
+                              "dropped them, or the run stopped before its first epoch), so there is no saved "
+                              "model to evaluate; train the run again with trainer.keep_checkpoints=best.")
+    instead = (f"evaluate {other}.pt with --checkpoint {other} (+eval_checkpoint={other} with train.py)"
+               if has_other else f"the run has no {other}.pt either, so train it again to evaluate it")
     if not path.is_file():
-        kept = "trainer.keep_checkpoints" if which == "last" else "trainer.keep_checkpoints=none"
-        raise CheckpointError(f"{path} does not exist (the run ended before it, or {kept} dropped it); "
-                              f"choose the other with --checkpoint {'best' if which == 'last' else 'last'} "
-                              f"(+eval_checkpoint={'best' if which == 'last' else 'last'} with train.py).")
-    checkpoint = load_checkpoint(path)
+        raise CheckpointError(f"{path} does not exist (the run ended before it was written, or "
+                              f"trainer.keep_checkpoints dropped it); {instead}.")
+    try:
+        checkpoint = load_checkpoint(path)
+    except CheckpointError as error:
+        raise CheckpointError(f"{path} {_unusable(error)}, so it cannot be evaluated; {instead}.") from None
     return checkpoint["model"], checkpoint.get("epoch")
 
 
@@ -103,6 +125,42 @@ def evaluate_run(run_dir: Path, splits_asked: list[str], which: str, overrides: 
             **{name: evaluations[name][0] for name in splits_asked}}
 
 
+def check_output(out: Path) -> None:
+    """Before evaluating, one sentence if ``out`` exists (it is never overwritten), its folder
+    does not, or that folder cannot be written (a read-only run directory: found by trying)."""
+    if out.exists():
+        raise ConfigError(f"{out} already exists and is kept as it is; {ELSEWHERE}.")
+    if not out.parent.is_dir():
+        raise ConfigError(f"the folder {out.parent} does not exist; create it, or {ELSEWHERE}.")
+    reason = unwritable_reason(out.parent)
+    if reason is not None:
+        raise ConfigError(f"{out} cannot be written in {out.parent} ({reason}); {ELSEWHERE}.")
+
+
+def write_evaluation(out: Path, result: dict) -> None:
+    """``out`` whole or not at all: the JSON goes to a temporary file beside it, renamed to
+    ``out`` once complete; a write that fails (a full disk) removes the temporary file, so that
+    neither an empty ``out`` nor a leftover blocks the next try."""
+    text = json.dumps(strict_json(result), indent=2) + "\n"
+    temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        temporary.write_text(text)
+        os.replace(temporary, out)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def system_error_sentence(error: OSError) -> str:
+    """An ``OSError`` (reading the data, writing ``eval.json``) as one sentence, without
+    Python's ``[Errno N]``: what failed on which file, and what to do."""
+    where = error.filename or "a file"
+    if error.errno == errno.ENOSPC:
+        return f"no space is left on the device holding {where}; free some and evaluate again (nothing was written)."
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"{where} cannot be accessed ({error.strerror}); {ELSEWHERE}, or evaluate a copy of the run."
+    return f"{where}: {error.strerror or type(error).__name__}; check that it exists and can be read."
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("run_dir", type=Path, help="a run directory train.py wrote")
@@ -113,13 +171,15 @@ def main(argv=None) -> int:
     args = parser.parse_intermixed_args(argv)
     out = args.out or args.run_dir / "eval.json"
     try:
-        if out.exists():
-            raise ConfigError(f"{out} already exists and is kept as it is; write elsewhere with --out PATH "
-                              "(+eval_out=PATH with train.py).")
+        config_path(args.run_dir)
+        check_output(out)
         result = evaluate_run(args.run_dir, args.split or ["test"], args.checkpoint, args.overrides)
-        out.write_text(json.dumps(strict_json(result), indent=2) + "\n")
-    except (TopkError, OSError) as error:
+        write_evaluation(out, result)
+    except TopkError as error:
         print(f"Error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"Error: {system_error_sentence(error)}", file=sys.stderr)
         return 1
     for name in args.split or ["test"]:
         shown = {key: round(value, 2) for key, value in result[name].items() if key.startswith("top")}

@@ -105,8 +105,23 @@ def _describe(error: Exception) -> str:
     return f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
 
 
+class _ReleaseUnpickler(pickle.Unpickler):
+    """Unpickles what the CIFAR-100 python release holds (dicts, lists, bytes, numpy arrays) and
+    nothing else: a file that names any other callable is refused before it is called, so a
+    crafted ``train`` file (a run directory's ``dataset.root`` may point anywhere) runs no code
+    (docs/trust.md)."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+    def find_class(self, module: str, name: str):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which the release never holds and is not called")
+        return super().find_class(module, name)
+
+
 def _unpickle(path: Path) -> dict:
-    """The dict pickled in one file of the release.
+    """The dict pickled in one file of the release (:class:`_ReleaseUnpickler`).
 
     Raises
     ------
@@ -116,7 +131,7 @@ def _unpickle(path: Path) -> dict:
     """
     try:
         with open(path, "rb") as handle:
-            entry = pickle.load(handle, encoding="bytes")
+            entry = _ReleaseUnpickler(handle, encoding="bytes").load()
     except Exception as error:  # broken bytes raise many types: EOFError, UnpicklingError, ...
         raise DataError(f"{path} is not a readable CIFAR-100 python pickle ({_describe(error)}); "
                         f"{_redownload(path)}.") from error

@@ -6,7 +6,10 @@
 - :mod:`topk.schema.check`: a composed config held to them, and Hydra's composition errors said
   in one sentence;
 - :mod:`topk.schema.store`: the schemas in Hydra's ConfigStore, and the command line checked
-  before Hydra writes anything (the only module here that imports Hydra).
+  before Hydra writes anything (the only module here that imports Hydra);
+- :mod:`topk.schema.targets`: the callables a config may name, those the config files of the
+  search path name (docs/trust.md);
+- :mod:`topk.schema.saved`: a run's saved configuration read back as data, for ``+eval``.
 """
 
 from topk.schema.check import check_config, composition_problem, config_problem
