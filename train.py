@@ -63,6 +63,7 @@ from topk.records import (
     tensorboard_dir,
     utc_now,
     versions,
+    write_atomically,
     write_results,
 )
 from topk.run_dir import (
@@ -523,6 +524,19 @@ def resumes_by_itself(run_dir: Path) -> bool:
     return preemption_signal() is not None and record_status(run_dir) == "interrupted"
 
 
+def save_job_config(run_dir: Path, cfg: DictConfig) -> None:
+    """Write the job's ``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, the files
+    Hydra writes when ``hydra.output_subdir`` is set: here once the run directory is checked and
+    locked, so that a refused run leaves its directory as it was (``conf/train.yaml`` sets
+    ``hydra.output_subdir: null``). Each file is written whole or not at all."""
+    hydra_cfg = HydraConfig.get()
+    files = {"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hydra_cfg}),
+             "overrides.yaml": OmegaConf.create(list(hydra_cfg.overrides.task))}
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    for name, config in files.items():
+        write_atomically(run_dir / ".hydra" / name, partial(OmegaConf.save, config))
+
+
 def written_by_hydra(hydra_cfg) -> list[str]:
     """What Hydra wrote in the job's directory before :func:`train` runs: its output folder
     (``.hydra``) and the job's log (``train.log``)."""
@@ -537,12 +551,13 @@ def train_locked(cfg: DictConfig, run_dir: Path, record: dict, distributed, on_e
     if distributed.is_main:
         finished = resume and finished_without_checkpoint(run_dir)
         if not resume:
-            claim(run_dir)
-        if resume and not finished:
+            claim(run_dir, record)
+        elif not finished:
             keep_first_start(run_dir, record)
-        if not finished:
             write_results(run_dir, record)
     try:
+        if distributed.is_main:
+            save_job_config(run_dir, cfg)
         distributed, device = dist_setup.setup(cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device))
         record["provenance"].update(device_provenance(device, distributed.world_size))
         run_dir, finished = distributed.broadcast((str(run_dir), finished))
@@ -626,7 +641,19 @@ def main(cfg: DictConfig) -> float | None:
             if error.errno != errno.ENOSPC:
                 raise
             report_error(no_space_sentence(error), single_run)
+        finally:
+            close_log_file()
         return None
+
+
+def close_log_file() -> None:
+    """Close the job's log file (Hydra's ``train.log`` handler) as the job ends, so that what the
+    launcher logs next (the following job's line) does not land in this job's log, nor create a
+    log in the folder of a refused job, whose file handler never opened."""
+    root = logging.getLogger()
+    for handler in [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
 
 
 def report_error(sentence: str, single_run: bool) -> None:
@@ -638,9 +665,14 @@ def report_error(sentence: str, single_run: bool) -> None:
 
 
 def no_space_sentence(error: OSError) -> str:
-    where = error.filename or HydraConfig.get().runtime.output_dir
+    """A full disk in one sentence: what to free, and how to go on (a resume where the run left a
+    record to continue, else the same command again)."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    where = error.filename or run_dir
+    go_on = ("continue with trainer.resume=true" if (run_dir / "results.json").exists()
+             else "run the same command again")
     return (f"no space is left on the device holding {where}; free some (checkpoints are the largest "
-            "files: trainer.keep_checkpoints=best or none keeps fewer) and continue with trainer.resume=true.")
+            f"files: trainer.keep_checkpoints=best or none keeps fewer) and {go_on}.")
 
 
 def exit_on_composition_problem(argv: list[str]) -> None:

@@ -84,12 +84,12 @@ def test_a_sweep_job_in_a_directory_of_someone_elses_files_is_refused_and_left_a
     assert code == 1 and "Traceback" not in stderr, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("Error")]
     assert len(errors) == 2, stderr
-    # .hydra/ is the job's own (Hydra rewrote it before the job was checked): only history.csv is named
+    # Hydra wrote nothing there before the job was checked: the .hydra/ found is someone else's
     assert errors[0].endswith("/sweep/0 is not empty but holds no run (no results.json): it holds "
-                              "history.csv; choose another directory with hydra.sweep.dir=PATH (nothing was "
-                              "changed in it).")
+                              ".hydra/, history.csv; choose another directory with hydra.sweep.dir=PATH (nothing "
+                              "was changed in it).")
     assert errors[1] == "Error: 1 run was refused and left as it was (the errors above say why)."
-    assert snapshot(theirs) == before  # Hydra's .hydra/ and train.log for the refused job undone
+    assert snapshot(theirs) == before  # no .hydra/ rewritten, no train.log made: nothing to undo
     assert strict_record(sweep_dir / "1")["status"] == "completed"
 
 
@@ -117,8 +117,8 @@ def test_a_run_still_training_holds_its_directory(tmp_path):
             code, stderr = run_main([f"hydra.run.dir={run_dir}", *resume])
             sentence = assert_one_sentence(
                 code, stderr, 1, rf"^Error: \S+/running holds a run that is still training \(pid {process.pid} "
-                                 rf"on host {socket.gethostname()}\); wait for it to end, or stop it "
-                                 rf"\(kill {process.pid}\), before starting or resuming a run there")
+                                 rf"on host {socket.gethostname()}, started {lock['started_utc']}\); wait for it "
+                                 rf"to end, or stop it \(kill {process.pid}\), before writing there")
             assert "trainer.resume=true" not in sentence
             assert snapshot(run_dir) == before
         os.kill(process.pid, signal.SIGCONT)
@@ -157,10 +157,10 @@ def test_a_lock_from_another_host_is_refused_until_deleted(tmp_path):
     write_lock(run_dir, 1234, "elsewhere.example")
     before = snapshot(run_dir)
     code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true", "trainer.epochs=3"])
-    assert_one_sentence(code, stderr, 1, rf"^Error: \S+/remote is locked by a run of pid 1234 on host "
-                                         rf"elsewhere.example, which cannot be checked from {socket.gethostname()}; "
-                                         r"wait for that run to end, or if it is dead delete \S+/remote/run.lock "
-                                         r"and run again")
+    assert_one_sentence(code, stderr, 1, rf"^Error: \S+/remote is locked by pid 1234 on host elsewhere.example "
+                                         rf"\(since 2020-01-01T00:00:00Z\), which cannot be checked from "
+                                         rf"{socket.gethostname()}; wait for it to end, or if it is dead delete "
+                                         r"\S+/remote/run.lock and run again")
     assert snapshot(run_dir) == before
     (run_dir / "run.lock").unlink()
     assert run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true", "trainer.epochs=3"])[0] == 0

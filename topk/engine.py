@@ -59,7 +59,7 @@ from topk.metrics import (
 )
 from topk.precision import MixedPrecision, unwrap
 from topk.progress import BatchMeter, Progress
-from topk.records import TensorBoardScalars, tensorboard_dir, write_history
+from topk.records import TensorBoardScalars, tensorboard_dir, write_atomically, write_history
 
 log = logging.getLogger(__name__)
 
@@ -573,9 +573,7 @@ def best_file_name(metric: str) -> str:
 
 
 def _atomic_save(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    write_atomically(path, partial(torch.save, obj))
 
 
 def load_checkpoint(path: Path) -> dict:

@@ -6,18 +6,20 @@ library itself stays usable without Hydra.
 
 from __future__ import annotations
 
+import atexit
 import json
-import os
 import sys
 from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
-from omegaconf import DictConfig
+from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from topk.distributed import from_environment
-from topk.errors import TopkError
+from topk.errors import ConfigError, TopkError
 from topk.run_dir import (
+    RunLock,
+    acquire_sweep_lock,
     check_run_dir,
     file_in_place_of_folder,
     mark_stopped_runs,
@@ -26,9 +28,12 @@ from topk.run_dir import (
     unwritable_reason,
 )
 from topk.schema import composition_problem, config_problem
+from topk.schema.paths import output_dir_problem
 
-# The sweep directory of the sweep this process launched, for :func:`close_interrupted_sweep`.
+# The sweep directory of the sweep this process launched, and its sweep.lock, for
+# :func:`close_interrupted_sweep`.
 _sweep_dirs: list[Path] = []
+_sweep_locks: list[RunLock] = []
 
 
 def tuning_problem(config: DictConfig) -> str | None:
@@ -91,45 +96,22 @@ def take_refused_runs(sweep_dir: Path) -> list[Path]:
     return run_dirs
 
 
-def hydra_files(sweep_dir: Path, log_name: str = "train.log") -> dict[Path, bytes | int]:
-    """What Hydra rewrites in each job's directory below ``sweep_dir`` before the job can be
-    checked: the ``.hydra/*.yaml`` files (their bytes) and the log ``log_name`` it appends to
-    (its size). A refused job gets them back as they were (:func:`put_back_hydra_files`)."""
-    if not Path(sweep_dir).is_dir():
-        return {}
-    kept: dict[Path, bytes | int] = {
-        path: path.read_bytes() for path in Path(sweep_dir).rglob("*.yaml") if path.parent.name == ".hydra"
-    }
-    kept.update({path: path.stat().st_size for path in Path(sweep_dir).rglob(log_name) if path.is_file()})
-    return kept
-
-
-def put_back_hydra_files(run_dir: Path, kept: dict[Path, bytes | int], log_name: str = "train.log") -> None:
-    """Leave the directory of a refused job as it was before the sweep (:func:`hydra_files`):
-    the ``.hydra/`` files it held put back, those Hydra created removed, and its log removed if
-    Hydra created it, or cut back to its earlier length if the directory holds no run of ours
-    (a run's own log keeps the refused job's lines: that run may be writing to it still)."""
-    run_dir = Path(run_dir)
-    hydra_dir = run_dir / ".hydra"
-    for path in sorted(hydra_dir.glob("*.yaml")) if hydra_dir.is_dir() else []:
-        if path in kept:
-            path.write_bytes(kept[path])
-        else:
-            path.unlink()
-    if hydra_dir.is_dir() and not any(hydra_dir.iterdir()):
-        hydra_dir.rmdir()
-    log = run_dir / log_name
-    if log.is_file() and log not in kept:
-        log.unlink()
-    elif log.is_file() and record_status(run_dir) is None:
-        os.truncate(log, kept[log])
-
-
 def close_interrupted_sweep() -> None:
     """After Ctrl-C or SIGTERM stopped a sweep: records left ``running`` by workers the launcher
-    killed become ``interrupted`` (:func:`topk.run_dir.mark_stopped_runs`)."""
+    killed become ``interrupted`` (:func:`topk.run_dir.mark_stopped_runs`), and the sweep's
+    ``sweep.lock`` goes."""
     for sweep_dir in _sweep_dirs:
         mark_stopped_runs(sweep_dir)
+    release_sweep_locks()
+
+
+def release_sweep_locks() -> None:
+    """Release the ``sweep.lock`` of every sweep this process launched (once each)."""
+    while _sweep_locks:
+        _sweep_locks.pop().release()
+
+
+atexit.register(release_sweep_locks)  # a sweep that ended in an error of Hydra's leaves no lock
 
 
 class CheckOutputDir(Callback):
@@ -139,11 +121,15 @@ class CheckOutputDir(Callback):
       ``/proc``); Hydra would otherwise fail deep inside ``mkdir`` with a traceback.
     - A single run's directory must hold no other run unless it is resumed, with the same
       training configuration, no files of someone else's and no run still training
-      (:func:`topk.run_dir.check_run_dir`); a sweep's directory must hold no runs unless the
-      sweep is resumed (each job is then checked like a single run), and a resumed sweep's
-      directory must exist. Checking here, before Hydra rewrites ``.hydra/`` and appends to
-      ``train.log``, leaves a refused directory exactly as it was; a sweep's refused jobs get
-      their ``.hydra/`` files and ``train.log`` back as they were at the sweep's end.
+      (:func:`topk.run_dir.check_run_dir`). A sweep first claims its directory
+      (``sweep.lock``, :func:`topk.run_dir.acquire_sweep_lock`: a second sweep there, or a resume
+      while it runs, is refused naming the live one); the directory must then hold no runs unless
+      the sweep is resumed (each job is then checked like a single run, and a refused job
+      writes nothing: ``conf/train.yaml`` has Hydra write no ``.hydra/`` and open ``train.log``
+      only when the job logs, and :func:`train.train` saves the job's config once its folder
+      is locked), and a resumed sweep's directory must exist. Every job of a basic sweep is
+      composed and checked before any runs (:func:`sweep_job_folders`), and two jobs that would
+      share a folder are refused.
     - At the end of a sweep, one line counts its runs by status and the refused jobs
       (:func:`note_refused_run`); the sweep exits with 1 if any run failed, was refused or ended
       still marked ``running``.
@@ -152,9 +138,7 @@ class CheckOutputDir(Callback):
     directory (:func:`topk.distributed.worker_argv`).
     """
 
-    # The sweep's .hydra/ files and log sizes as they were at its start (set in on_multirun_start)
-    kept_hydra_files: dict[Path, bytes | int] = {}
-    log_name = "train.log"
+    job_folders: list[Path] = []  # each job's folder, for a basic sweep (set in on_multirun_start)
 
     def _check_writable(self, directory: Path, option: str) -> None:
         reason = unwritable_reason(directory)
@@ -165,7 +149,7 @@ class CheckOutputDir(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
-        problem = config_problem(config)
+        problem = config_problem(config) or output_dir_problem(config, multirun=False)
         if problem is not None:
             _stop(problem)
         run_dir = Path(config.hydra.run.dir)
@@ -181,39 +165,49 @@ class CheckOutputDir(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
+        if (problem := output_dir_problem(config, multirun=True)) is not None:
+            _stop(problem)
         sweep_dir = Path(config.hydra.sweep.dir)
         n_jobs = (config.hydra.get("launcher") or {}).get("n_jobs")
         if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0):
             _stop(f"hydra.launcher.n_jobs must be a whole number of runs at once other than 0 (-1: "
                   f"one per CPU core), got {n_jobs!r}.")
-        problem = tuning_problem(config) or sweep_job_problem(config)
+        problem = tuning_problem(config)
         if problem is not None:
             _stop(problem)
-        held = sum(sweep_statuses(sweep_dir).values()) if sweep_dir.is_dir() else 0
-        if held and not config.trainer.resume:
-            _stop(f"{sweep_dir} already holds {_runs(held)}; continue them with trainer.resume=true, "
-                  "or choose another directory with hydra.sweep.dir=PATH (nothing was changed in it).")
+        try:
+            self.job_folders = sweep_job_folders(config)
+        except ConfigError as error:
+            _stop(str(error))
         if config.trainer.resume and not sweep_dir.exists():
             _stop(f"trainer.resume=true but the sweep directory {sweep_dir} does not exist; give the "
                   "directory of the sweep to continue with hydra.sweep.dir=PATH, or leave out trainer.resume.")
         self._check_writable(sweep_dir, "hydra.sweep.dir")
+        try:
+            _sweep_locks.append(acquire_sweep_lock(sweep_dir))
+        except TopkError as error:
+            _stop(str(error))
+        held = sum(sweep_statuses(sweep_dir).values())
+        if held and not config.trainer.resume:
+            release_sweep_locks()
+            _stop(f"{sweep_dir} already holds {_runs(held)}; continue them with trainer.resume=true, "
+                  "or choose another directory with hydra.sweep.dir=PATH (nothing was changed in it).")
         take_refused_runs(sweep_dir)  # notes a stopped sweep left behind
-        self.log_name = f"{config.hydra.job.name}.log"
-        self.kept_hydra_files = hydra_files(sweep_dir, self.log_name)
         _sweep_dirs.append(sweep_dir)
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
         sweep_dir = Path(config.hydra.sweep.dir)
-        statuses, refused_dirs = sweep_statuses(sweep_dir), take_refused_runs(sweep_dir)
-        for run_dir in refused_dirs:
-            put_back_hydra_files(run_dir, self.kept_hydra_files, self.log_name)
+        refused_dirs = take_refused_runs(sweep_dir)
+        statuses = job_statuses(self.job_folders, refused_dirs) if self.job_folders else sweep_statuses(sweep_dir)
         refused = len(refused_dirs)
+        release_sweep_locks()
         counts = [f"{count} {status}" for status, count in sorted(statuses.items())]
         counts += [f"{refused} refused"] if refused else []
         print(f"Sweep {sweep_dir}: {', '.join(counts) or 'no runs'}.", file=sys.stderr)
-        problems = sweep_problems(statuses["failed"], statuses["running"], refused)
+        problems = sweep_problems(statuses["failed"], statuses["running"], refused,
+                                  statuses[NO_RECORD] + statuses["unreadable"])
         if problems:
             _stop("; ".join(problems) + ".")
 
@@ -222,14 +216,33 @@ def _runs(count: int) -> str:
     return f"{count} run{'s' if count > 1 else ''}"
 
 
-def sweep_problems(failed: int, running: int, refused: int) -> list[str]:
+NO_RECORD = "without a record"
+
+
+def job_statuses(job_folders: list[Path], refused_dirs: list[Path]) -> Counter:
+    """How many of the sweep's jobs (their folders) have each status, its refused jobs left out;
+    a job whose folder holds no ``results.json`` (it stopped before its record could be written:
+    a full disk) is :data:`NO_RECORD`, one whose record cannot be read ``unreadable``."""
+    refused = {Path(run_dir).resolve() for run_dir in refused_dirs}
+    statuses = Counter()
+    for folder in job_folders:
+        if Path(folder).resolve() not in refused:
+            status = record_status(folder)
+            statuses["unreadable" if status == "unreadable results.json" else status or NO_RECORD] += 1
+    return statuses
+
+
+def sweep_problems(failed: int, running: int, refused: int, unrecorded: int = 0) -> list[str]:
     """What went wrong in a finished sweep, one clause per kind (none: nothing did). A run still
-    ``running`` once the sweep is over died before writing its final status."""
+    ``running`` once the sweep is over died before writing its final status; an ``unrecorded``
+    one before it could write a readable record."""
     plural = refused > 1
     clauses = [
         (failed, f"{_runs(failed)} of the sweep failed; their results.json and train.log say why"),
         (running, f"{_runs(running)} of the sweep ended without writing a final status (a killed "
                   f"process or a full disk); train.log says how far {'they' if running > 1 else 'it'} got"),
+        (unrecorded, f"{_runs(unrecorded)} of the sweep left no readable results.json (a full disk, or a stop "
+                     "before the run began); the errors above say why"),
         (refused, f"{_runs(refused)} {'were' if plural else 'was'} refused and left as "
                   f"{'they were' if plural else 'it was'} (the errors above say why)"),
     ]
@@ -259,23 +272,51 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
     return jobs
 
 
-def sweep_job_problem(config: DictConfig) -> str | None:
-    """One sentence for the first job of the sweep whose config cannot be composed or breaks
-    the schema (:mod:`topk.schema`), before any job starts: each job is composed as its launcher
-    will compose it (Hydra's ``load_sweep_config``), at about 60 ms a job."""
+def sweep_job_folders(config: DictConfig) -> list[Path]:
+    """The folder of each job of the sweep (:func:`job_folder`; none for a sweeper other than the
+    basic one), checked before any job starts: a :class:`~topk.errors.ConfigError` of one sentence
+    for the first job whose config cannot be composed or breaks the schema (:mod:`topk.schema`),
+    or for two jobs that would write in one folder. Each job is composed as its launcher will
+    compose it (Hydra's ``load_sweep_config``), at about 60 ms a job."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
     loader = GlobalHydra.instance().config_loader()
+    folders: dict[Path, str] = {}
     for number, job in enumerate(sweep_jobs(config)):
+        described = f"{number} ({' '.join(job)})"
         try:
-            problem = config_problem(loader.load_sweep_config(config, list(job)))
+            job_config = loader.load_sweep_config(config, list(job))
+            problem = config_problem(job_config)
+            folder = job_folder(job_config, number) if problem is None else None
         except (HydraException, OmegaConfBaseException) as error:
             problem = composition_problem(error)
+        except ConfigError as error:
+            problem = str(error)
         if problem is not None:
-            return f"job {number} of the sweep ({' '.join(job)}): {problem} Nothing was run."
-    return None
+            raise ConfigError(f"job {number} of the sweep ({' '.join(job)}): {problem} Nothing was run.")
+        if folder in folders:
+            raise ConfigError(f"jobs {folders[folder]} and {described} of the sweep would both write in {folder}; "
+                              "give hydra.sweep.subdir a value that tells every job apart (the default is "
+                              "${hydra.job.num}). Nothing was run.")
+        folders[folder] = described
+    return list(folders)
+
+
+def job_folder(job_config: DictConfig, number: int) -> Path:
+    """The folder job ``number`` of a sweep writes in, as Hydra's launchers name it:
+    ``hydra.sweep.dir`` / ``hydra.sweep.subdir`` with ``hydra.job.num`` set; a
+    :class:`~topk.errors.ConfigError` if the subdir is no name (``${loss}``: a config group)."""
+    with open_dict(job_config):
+        job_config.hydra.job.num = number
+        job_config.hydra.job.id = f"job_id_for_{number}"
+    subdir = OmegaConf.select(job_config, "hydra.sweep.subdir")
+    if isinstance(subdir, (DictConfig, ListConfig)) or subdir is None or str(subdir) == "":
+        written = OmegaConf.to_container(job_config.hydra.sweep, resolve=False)["subdir"]
+        raise ConfigError(f"hydra.sweep.subdir={written} gives no folder name (it must resolve to a string or a number, e.g. "
+                          "${hydra.job.num} or job${hydra.job.num}_${seed}).")
+    return Path(str(job_config.hydra.sweep.dir)) / str(subdir)
 
 
 def sweep_values(params) -> dict[str, list]:

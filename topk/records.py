@@ -13,7 +13,8 @@ import platform
 import shlex
 import socket
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -151,12 +152,24 @@ def strict_json(value):
     return value
 
 
-def write_json_atomic(path: Path, data: Mapping) -> None:
-    """Write strict JSON through a temporary file, so a kill mid-write never leaves half a file."""
+def write_atomically(path: Path, write: Callable[[Path], object]) -> None:
+    """``write(temporary)`` then rename the temporary file (``<name>.tmp``) to ``path``: a kill
+    mid-write never leaves half a file at ``path``, and a write that fails (a full disk, an
+    interruption) removes its temporary file before the error goes on."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(strict_json(data), indent=2, sort_keys=False, allow_nan=False) + "\n")
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, data: Mapping) -> None:
+    """Write strict JSON whole or not at all (:func:`write_atomically`)."""
+    text = json.dumps(strict_json(data), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    write_atomically(path, lambda tmp: tmp.write_text(text))
 
 
 def validate_results(record: Mapping) -> None:
@@ -193,9 +206,10 @@ def validate_also_selected(also_selected) -> None:
                 raise ValueError(f"results.json also_selected[{metric!r}] {split} is not a mapping of numbers")
 
 
-def write_results(run_dir: Path, record: Mapping) -> Path:
+def write_results(run_dir: Path, record: Mapping, name: str = "results.json") -> Path:
+    """Check ``record`` against the contract and write it to ``run_dir/name``, whole or not at all."""
     validate_results(record)
-    path = Path(run_dir) / "results.json"
+    path = Path(run_dir) / name
     write_json_atomic(path, record)
     return path
 
@@ -208,9 +222,8 @@ def read_results(path: Path) -> dict:
 
 def write_history(run_dir: Path, rows: Iterable[Mapping]) -> Path:
     path = Path(run_dir) / "history.csv"
-    tmp = path.with_name("history.csv.tmp")
-    pd.DataFrame(list(rows)).to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    frame = pd.DataFrame(list(rows))
+    write_atomically(path, lambda tmp: frame.to_csv(tmp, index=False))
     return path
 
 
@@ -231,6 +244,14 @@ def tensorboard_dir(run_dir: Path, name: str) -> Path:
     return earlier[0] if earlier else tb / name
 
 
+def _quiet_writer_thread(args) -> None:
+    """``threading.excepthook`` that leaves out the traceback of TensorBoard's writing thread
+    (a full disk): the writer raises the same error again in the run's next call to it, where the
+    run reports it in one sentence. Every other thread's error is printed as usual."""
+    if type(args.thread).__name__ != "_AsyncWriterThread":
+        threading.__excepthook__(args)
+
+
 class TensorBoardScalars:
     """The history's numbers as TensorBoard scalars in ``log_dir``, through torch's
     ``SummaryWriter``: one event per epoch holding all of that epoch's numbers, handed to the
@@ -248,6 +269,9 @@ class TensorBoardScalars:
 
     def __init__(self, log_dir: Path, purge_step: int | None = None):
         from torch.utils.tensorboard import SummaryWriter  # imports TensorBoard: only when used
+
+        if threading.excepthook is not _quiet_writer_thread:
+            threading.excepthook = _quiet_writer_thread
 
         # a queue as long as a bunch of rows, so that flush() never waits for the writing thread
         self.writer = SummaryWriter(str(log_dir), purge_step=purge_step, max_queue=1000)

@@ -17,10 +17,13 @@
   files: it is refused, new run or resume, and the refusal names a few of them. Only the files
   Hydra wrote for this very job (``written_by_hydra``: ``.hydra/`` and ``train.log``) and a
   stale ``run.lock`` do not count.
-- A run holds ``run.lock`` (its pid and host, :class:`RunLock`) from the moment it claims or
-  resumes the directory until it ends, however it ends. A second writer is refused while that
-  process lives; a lock whose process is gone (on this host) is taken over with a log line; one
-  written on another host cannot be checked and is refused until the user deletes it.
+- A run holds ``run.lock`` (its pid, host and start time, :class:`RunLock`) from the moment it
+  claims or resumes the directory until it ends, however it ends; a sweep holds ``sweep.lock``
+  in its directory the same way from before Hydra writes there until it ends. A second writer
+  is refused in one sentence naming the live one while that process runs; a lock whose process
+  is gone from this host, or whose pid now belongs to a process started after the lock was
+  written (a reused pid), is taken over with a log line; one written on another host cannot be
+  checked and is refused until the user deletes it.
 - A resume is refused when ``trainer.epochs`` is below the checkpoint's epoch, and when the
   weights of the selected epoch (``best.pt``) are gone and that epoch is earlier than the
   checkpoint's (:func:`topk.engine.selected_weights`).
@@ -28,6 +31,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import fnmatch
 import json
 import logging
@@ -40,7 +45,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from topk.engine import check_resume_epochs, load_checkpoint, selected_weights
 from topk.errors import RunRefused
-from topk.records import flatten, utc_now, write_json_atomic
+from topk.records import flatten, utc_now, write_json_atomic, write_results
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +92,15 @@ def file_in_place_of_folder(directory: Path) -> str | None:
 def unwritable_reason(directory: Path) -> str | None:
     """Why ``directory`` cannot be created and written, or ``None`` if it can (found by trying:
     as root, ``os.access`` says yes even for ``/proc``)."""
-    probe = Path(directory) / ".write_test"
+    probe = Path(directory) / f".write_test.{os.getpid()}"
     try:
         Path(directory).mkdir(parents=True, exist_ok=True)
         probe.write_text("ok")
-        probe.unlink()
     except OSError as error:
         return error.strerror or type(error).__name__
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
     return None
 
 
@@ -194,10 +201,46 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def lock_holder(run_dir: Path) -> dict | None:
-    """What ``run_dir``'s ``run.lock`` says (``pid``, ``host``, ``started_utc``), ``None``
+def process_started(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), from Linux's ``/proc``: the boot
+    time of ``/proc/stat`` plus the start tick of ``/proc/<pid>/stat`` (field 22); ``None`` where
+    that cannot be read (another system, a process gone meanwhile)."""
+    try:
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _seconds(utc: str) -> float | None:
+    """A record's UTC time (:func:`topk.records.utc_now`) in seconds since the epoch."""
+    try:
+        return datetime.datetime.fromisoformat(utc.replace("Z", "+00:00")).timestamp()
+    except (AttributeError, ValueError):
+        return None
+
+
+# A lock is written within moments of its process's start; one whose pid belongs to a process
+# started more than this many seconds after the lock was written names a pid reused since.
+PID_REUSE_SLACK = 2.0
+
+
+def holder_running(holder: Mapping) -> bool:
+    """Whether the process a lock names (``pid``, ``started_utc``) still runs on this host: its
+    pid exists and, where its start time can be read (:func:`process_started`), it started
+    before the lock was written (else the pid was reused by another process since)."""
+    if not _alive(holder["pid"]):
+        return False
+    started, locked = process_started(holder["pid"]), _seconds(holder.get("started_utc"))
+    return started is None or locked is None or started <= locked + PID_REUSE_SLACK
+
+
+def lock_holder(run_dir: Path, name: str = LOCK_NAME) -> dict | None:
+    """What ``run_dir``'s lock ``name`` says (``pid``, ``host``, ``started_utc``), ``None``
     without one; :class:`~topk.errors.RunRefused` for a lock that cannot be read."""
-    path = Path(run_dir) / LOCK_NAME
+    path = Path(run_dir) / name
     try:
         holder = json.loads(path.read_text())
     except (FileNotFoundError, NotADirectoryError):
@@ -212,43 +255,49 @@ def lock_holder(run_dir: Path) -> dict | None:
     return holder
 
 
-def check_lock(run_dir: Path) -> dict | None:
-    """Refuse, in one sentence, a second writer into ``run_dir`` while the run holding its
-    ``run.lock`` may still be training; returns the holder of a stale lock (its process is gone
-    from this host), or ``None`` without a lock."""
-    holder = lock_holder(run_dir)
+def check_lock(run_dir: Path, name: str = LOCK_NAME, holds: str = "a run that is still training") -> dict | None:
+    """Refuse, in one sentence, a second writer into ``run_dir`` while the process holding its
+    lock ``name`` (``run.lock`` of a run, ``sweep.lock`` of a sweep) may still be writing there;
+    returns the holder of a stale lock (its process is gone from this host, or its pid now
+    belongs to another process), or ``None`` without a lock."""
+    holder = lock_holder(run_dir, name)
     if holder is None:
         return None
-    pid, host = holder["pid"], holder["host"]
+    pid, host, since = holder["pid"], holder["host"], holder.get("started_utc", "at an unknown time")
     if host != _this_host():
         raise RunRefused(
-            f"{run_dir} is locked by a run of pid {pid} on host {host}, which cannot be checked from "
-            f"{_this_host()}; wait for that run to end, or if it is dead delete "
-            f"{Path(run_dir) / LOCK_NAME} and run again (nothing was changed in the directory)."
+            f"{run_dir} is locked by pid {pid} on host {host} (since {since}), which cannot be checked from "
+            f"{_this_host()}; wait for it to end, or if it is dead delete "
+            f"{Path(run_dir) / name} and run again (nothing was changed in the directory)."
         )
-    if _alive(pid):
+    if holder_running(holder):
         raise RunRefused(
-            f"{run_dir} holds a run that is still training (pid {pid} on host {host}); wait for it "
-            f"to end, or stop it (kill {pid}), before starting or resuming a run there (nothing was "
-            "changed in the directory)."
+            f"{run_dir} holds {holds} (pid {pid} on host {host}, started {since}); wait for it "
+            f"to end, or stop it (kill {pid}), before writing there (nothing was changed in the directory)."
         )
     return holder
 
 
-class RunLock:
-    """``run.lock`` held by this process: created exclusively with its content (written to a
-    temporary file first, then hard-linked into place, so that no reader sees it half written),
-    removed by :meth:`release` if it is still this process's."""
+SWEEP_LOCK_NAME = "sweep.lock"
 
-    def __init__(self, run_dir: Path):
-        self.path = Path(run_dir) / LOCK_NAME
+
+class RunLock:
+    """A lock file held by this process: ``run.lock`` in a run's directory, ``sweep.lock`` in a
+    sweep's (``name``). It is created exclusively with its content (written to a temporary file
+    first, then hard-linked into place, so that no reader sees it half written) and removed by
+    :meth:`release` if it is still this process's. ``holds`` says, in a refusal, what holds it."""
+
+    def __init__(self, run_dir: Path, name: str = LOCK_NAME, holds: str = "a run that is still training"):
+        self.path = Path(run_dir) / name
+        self.holds = holds
         self.content = json.dumps({"pid": os.getpid(), "host": _this_host(), "started_utc": utc_now()})
         self.held = False
 
     def acquire(self) -> RunLock:
         """Take the lock, or raise :class:`~topk.errors.RunRefused` (:func:`check_lock`). A stale
         lock is taken over, with a log line."""
-        temporary = self.path.with_name(f"{LOCK_NAME}.{os.getpid()}.tmp")
+        directory, name = self.path.parent, self.path.name
+        temporary = self.path.with_name(f"{name}.{os.getpid()}.tmp")
         temporary.write_text(self.content)
         try:
             for _ in range(2):
@@ -257,15 +306,15 @@ class RunLock:
                     self.held = True
                     return self
                 except FileExistsError:
-                    stale = check_lock(self.path.parent)
+                    stale = check_lock(directory, name, self.holds)
                     if stale is None:
                         continue  # released meanwhile
                     log.warning("%s names pid %d on %s, which is no longer running: the lock is taken over",
                                 self.path, stale["pid"], stale["host"])
-                    if lock_holder(self.path.parent) == stale:
+                    if lock_holder(directory, name) == stale:
                         self.path.unlink(missing_ok=True)
-            check_lock(self.path.parent)
-            raise RunRefused(f"{self.path} is being taken by another run at this moment; run again.")
+            check_lock(directory, name, self.holds)
+            raise RunRefused(f"{self.path} is being taken by another process at this moment; run again.")
         finally:
             temporary.unlink(missing_ok=True)
 
@@ -286,6 +335,14 @@ def acquire_lock(run_dir: Path) -> RunLock:
     return RunLock(run_dir).acquire()
 
 
+def acquire_sweep_lock(sweep_dir: Path) -> RunLock:
+    """This process's ``sweep.lock`` on ``sweep_dir``, taken before Hydra writes anything there:
+    a second sweep into the same directory, or a resume of it while it runs, is refused in one
+    sentence naming the live one; the lock goes at the sweep's end (or, if the process dies
+    without releasing it, is taken over as stale)."""
+    return RunLock(sweep_dir, SWEEP_LOCK_NAME, "a sweep that is still running").acquire()
+
+
 # --- what a directory holds ------------------------------------------------------------------
 
 def foreign_entries(run_dir: Path, written_by_hydra: Iterable[str] = ()) -> list[str]:
@@ -294,7 +351,7 @@ def foreign_entries(run_dir: Path, written_by_hydra: Iterable[str] = ()) -> list
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    skipped = {LOCK_NAME, *written_by_hydra}
+    skipped = {LOCK_NAME, SWEEP_LOCK_NAME, *written_by_hydra}
     return sorted(f"{path.name}/" if path.is_dir() else path.name
                   for path in run_dir.iterdir() if path.name not in skipped)
 
@@ -387,16 +444,32 @@ def check_finished_params(run_dir: Path, params: Mapping) -> None:
         )
 
 
-def claim(run_dir: Path) -> None:
-    """Create ``results.json`` exclusively, so that no second run can start in ``run_dir``."""
+def claim(run_dir: Path, record: Mapping) -> None:
+    """Create ``results.json`` exclusively, holding the run's first ``record``, so that no second
+    run can start in ``run_dir``. It is written to a temporary file first and hard-linked into
+    place: a full disk leaves no ``results.json`` at all rather than an empty one."""
+    path = Path(run_dir) / "results.json"
+    temporary = path.with_name(f"results.json.{os.getpid()}.tmp")
     try:
-        with open(Path(run_dir) / "results.json", "x"):
-            pass
+        write_results(run_dir, record, temporary.name)
+        os.link(temporary, path)
     except FileExistsError:
         raise RunRefused(
             f"{run_dir} was claimed by another run that started at the same moment; choose "
             "another directory with hydra.run.dir=PATH."
         ) from None
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def _held_by_a_live_process(run_dir: Path) -> bool:
+    """Whether ``run_dir``'s ``run.lock`` names a process still running (on this host, or one that
+    cannot be checked from here)."""
+    try:
+        holder = lock_holder(run_dir)
+    except RunRefused:
+        return True
+    return holder is not None and (holder["host"] != _this_host() or holder_running(holder))
 
 
 def mark_stopped_runs(sweep_dir: Path) -> int:
@@ -410,7 +483,7 @@ def mark_stopped_runs(sweep_dir: Path) -> int:
             record = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
-        if record.get("status") != "running":
+        if record.get("status") != "running" or _held_by_a_live_process(path.parent):
             continue
         history = path.parent / "history.csv"
         epochs = max(len(history.read_text().splitlines()) - 1, 0) if history.exists() else 0
