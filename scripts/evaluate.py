@@ -28,8 +28,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import errno
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -42,7 +40,7 @@ from topk.engine import _unusable, evaluate_splits, load_checkpoint, resolve_dev
 from topk.errors import CheckpointError, ConfigError, TopkError  # noqa: E402
 from topk.metrics import clip_ks  # noqa: E402
 from topk.precision import MixedPrecision  # noqa: E402
-from topk.records import strict_json  # noqa: E402
+from topk.records import write_json_atomic  # noqa: E402
 from topk.run_dir import unwritable_reason  # noqa: E402
 from topk.schema.saved import saved_config  # noqa: E402
 from topk.schema.store import offered, register, search_path, split_searchpath  # noqa: E402
@@ -137,19 +135,6 @@ def check_output(out: Path) -> None:
         raise ConfigError(f"{out} cannot be written in {out.parent} ({reason}); {ELSEWHERE}.")
 
 
-def write_evaluation(out: Path, result: dict) -> None:
-    """``out`` whole or not at all: the JSON goes to a temporary file beside it, renamed to
-    ``out`` once complete; a write that fails (a full disk) removes the temporary file, so that
-    neither an empty ``out`` nor a leftover blocks the next try."""
-    text = json.dumps(strict_json(result), indent=2) + "\n"
-    temporary = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        temporary.write_text(text)
-        os.replace(temporary, out)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def system_error_sentence(error: OSError) -> str:
     """An ``OSError`` (reading the data, writing ``eval.json``) as one sentence, without
     Python's ``[Errno N]``: what failed on which file, and what to do."""
@@ -174,7 +159,7 @@ def main(argv=None) -> int:
         config_path(args.run_dir)
         check_output(out)
         result = evaluate_run(args.run_dir, args.split or ["test"], args.checkpoint, args.overrides)
-        write_evaluation(out, result)
+        write_json_atomic(out, result)  # whole or not at all: no empty eval.json blocks the retry
     except TopkError as error:
         print(f"Error: {error}", file=sys.stderr)
         return 1
