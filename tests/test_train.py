@@ -198,6 +198,22 @@ def test_sigterm_is_taken_at_a_batch_boundary_and_the_handler_restored(run_dir):
     assert signal.getsignal(signal.SIGTERM) is handler_before
 
 
+def test_a_second_signal_close_behind_the_first_is_the_same_stop(monkeypatch):
+    """SIGTERM to a process group and a launcher forwarding it arrive together: one stop, taken
+    at the batch boundary; a signal later than StopRequests.REPEAT_SECONDS raises at once."""
+    from topk import engine
+
+    requests = engine.StopRequests()
+    clock = iter([100.0, 100.5, 100.0 + requests.REPEAT_SECONDS + 0.1])
+    monkeypatch.setattr(engine.time, "monotonic", lambda: next(clock))
+    with requests.deferred():
+        requests._handle(signal.SIGTERM, None)
+        requests._handle(signal.SIGTERM, None)
+        assert requests.requested
+        with pytest.raises(KeyboardInterrupt):
+            requests._handle(signal.SIGTERM, None)
+
+
 def test_sigterm_inside_an_epoch_resumes_from_the_last_checkpoint(tmp_path):
     import torch
 

@@ -143,7 +143,8 @@ class StopRequests:
     Inside it (:meth:`deferred`) the first signal only sets :attr:`requested`, which ``fit`` takes
     at the next batch boundary: an exception raised from a signal handler can land anywhere,
     inside the TensorBoard writer or ``torch.save``, and leave them unable to close; a flag read
-    between batches cannot. A second signal raises at once (for a loop stuck inside one batch).
+    between batches cannot. A second signal raises at once (for a loop stuck inside one batch),
+    unless it comes within :attr:`REPEAT_SECONDS` of the first: the same stop delivered twice.
 
     In a submitit job it handles the scheduler's preemption signal too (:func:`preemption_signal`):
     the run stops the same way, then :meth:`requeue_if_preempted` hands the signal on to submitit.
@@ -155,14 +156,21 @@ class StopRequests:
         self.requested = False
         self.preempted = False  # the stop came from the scheduler's preemption signal (submitit)
         self._deferring = False
+        self._requested_at = 0.0
         self._depth = 0
         self._previous: dict = {}
+
+    # A signal this close behind the first is the same stop delivered twice (SIGTERM to a process
+    # group and a launcher forwarding it: SLURM, timeout), not a user insisting.
+    REPEAT_SECONDS = 2.0
 
     def _handle(self, signum, frame) -> None:
         if signum == preemption_signal():
             self.preempted = True
         if self._deferring and not self.requested:
-            self.requested = True
+            self.requested, self._requested_at = True, time.monotonic()
+            return
+        if self._deferring and time.monotonic() - self._requested_at < self.REPEAT_SECONDS:
             return
         raise KeyboardInterrupt
 
