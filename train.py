@@ -15,6 +15,7 @@ import errno
 import inspect
 import json
 import logging
+import os
 import random
 import runpy
 import signal
@@ -80,6 +81,7 @@ from topk.run_dir import (
 )
 from topk.schema import check_config
 from topk.schema import store as schema_store
+from topk.schema.check import null_option_problem
 from topk.trackers import (
     described_overrides,
     final_metrics,
@@ -127,21 +129,48 @@ def base_record(cfg: DictConfig, choices, run_provenance: dict) -> dict:
 def build(node: DictConfig, group: str, *args, **kwargs):
     """``hydra.utils.instantiate`` (then the partial it returns called with ``args``, for the
     optimiser and the schedule), letting the framework's own one-sentence errors through and
-    turning a constructor's refusal of a value into one sentence naming the config group."""
+    turning a constructor's refusal of a value into one sentence naming the config group, and a
+    file or folder it cannot read into one naming that path (:func:`unreadable_sentence`)."""
     try:
         built = instantiate(node, **kwargs)
         return built(*args) if args else built
     except TopkError:
         raise
     except InstantiationException as error:
-        if isinstance(error.__cause__, TopkError):
-            raise error.__cause__ from None
-        if not isinstance(error.__cause__, (ValueError, TypeError)):
+        cause = error.__cause__
+        if isinstance(cause, TopkError) or (isinstance(cause, OSError) and cause.errno == errno.ENOSPC):
+            raise cause from None  # a full disk: main's sentence
+        if isinstance(cause, OSError) and cause.filename:
+            raise ConfigError(unreadable_sentence(cause, group)) from None
+        if not isinstance(cause, (ValueError, TypeError)):
             raise
-        refusal = error.__cause__
+        refusal = cause
     except (ValueError, TypeError) as error:
         refusal = error
     raise ConfigError(f"{group} cannot be built ({refusal}); check the {group}.* values.") from None
+
+
+def unreadable_sentence(error: OSError, group: str) -> str:
+    """What to do about ``error``, a path that ``group``'s constructor could not read (a data
+    folder without read permission, for one): the path, why, and the fix. Permission denied
+    names the first folder on the way that this user cannot open, where the fix is needed."""
+    path = error.filename
+    if error.errno in (errno.EACCES, errno.EPERM):
+        path = first_closed_folder(Path(path)) or path
+        elsewhere = " or set dataset.root to a copy it can read" if group == "dataset" else ""
+        return (f"{path} cannot be read (permission denied), so {group} cannot be built; give your user "
+                f"read access to it (e.g. chmod -R a+rX {path}){elsewhere}.")
+    return (f"{path} cannot be read ({error.strerror or type(error).__name__}), so {group} cannot be built; "
+            f"check that path and the {group}.* values.")
+
+
+def first_closed_folder(path: Path) -> Path | None:
+    """The outermost folder on the way to ``path`` (``path`` included) that this user cannot
+    list or enter; ``None`` if there is none."""
+    for folder in [*reversed(path.absolute().parents), path.absolute()]:
+        if folder.is_dir() and not os.access(folder, os.R_OK | os.X_OK):
+            return folder
+    return None
 
 
 def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
@@ -330,20 +359,11 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     check_study_k(int(cfg.k), splits.num_classes)
     loss_fn = build_loss(cfg.loss, splits)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
-    if trainer.selection_metric.startswith("val/") and splits.val is None:
-        raise ConfigError(
-            f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
-            "and this data set configuration has none; use trainer.selection_metric=last or "
-            "give the data set a validation split."
-        )
-    if trainer.also_select_on and splits.val is None:
-        raise ConfigError(
-            f"trainer.also_select_on={list(trainer.also_select_on)} needs a validation split, and "
-            "this data set configuration has none; use trainer.also_select_on=[] or give the data "
-            "set a validation split."
-        )
+    check_validation_split(trainer, splits)
 
     model = build(cfg.model, "model", num_classes=splits.num_classes, input_shape=splits.input_shape)
+    batch_norm = has_batch_norm(model)
+    check_batch_norm_batch(batch_norm, trainer.batch_size, len(splits.train), distributed)
     model.to(device)
     if trainer.channels_last:
         model.to(memory_format=torch.channels_last)
@@ -359,6 +379,8 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
 
     train_batches = make_batches(splits, "train", trainer, seed, device, image_augment, normalize, distributed)
+    if batch_norm:
+        train_batches = without_lone_last_batch(train_batches, len(splits.train), trainer.batch_size, distributed)
     scheduler = build(cfg.schedule, "schedule", optimizer, **schedule_arguments(cfg.schedule, train_batches))
     eval_batches = {
         name: make_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
@@ -389,6 +411,69 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         write_hparams(tensorboard_dir(run_dir, settings.tensorboard_name), hyperparameters(record, override_keys),
                       final_metrics(record, "hparams/"), varied=override_keys)
     return record
+
+
+def check_validation_split(trainer: DictConfig, splits) -> None:
+    """Selecting on a validation metric (``trainer.selection_metric``, ``trainer.also_select_on``)
+    needs a validation split."""
+    if trainer.selection_metric.startswith("val/") and splits.val is None:
+        raise ConfigError(
+            f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
+            "and this data set configuration has none; use trainer.selection_metric=last or "
+            "give the data set a validation split."
+        )
+    if trainer.also_select_on and splits.val is None:
+        raise ConfigError(
+            f"trainer.also_select_on={list(trainer.also_select_on)} needs a validation split, and "
+            "this data set configuration has none; use trainer.also_select_on=[] or give the data "
+            "set a validation split."
+        )
+
+
+BATCH_NORM_LAYERS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
+
+
+def has_batch_norm(model: torch.nn.Module) -> bool:
+    """Whether ``model`` has a BatchNorm layer: in training it normalises each batch by the
+    batch's own mean and variance, which a batch of one sample does not have."""
+    return any(isinstance(module, BATCH_NORM_LAYERS) for module in model.modules())
+
+
+def check_batch_norm_batch(batch_norm: bool, batch_size: int | None, train_size: int, distributed) -> None:
+    """A model with BatchNorm (``batch_norm``) cannot train on batches of one sample per process:
+    one sentence before training, rather than torch's error in the first batch (where a layer's
+    output is one value per channel) or, on larger feature maps, every batch normalised by one
+    sample's statistics. A last batch of one is left out instead (:func:`without_lone_last_batch`)."""
+    per_process = (dist_setup.local_batch_size(batch_size, distributed)
+                   or dist_setup.shard_size(train_size, distributed, pad=True))
+    if not batch_norm or per_process >= 2:
+        return
+    batch = "the full batch" if batch_size is None else f"trainer.batch_size={batch_size}"
+    processes = f" over {distributed.world_size} processes" if distributed.enabled else ""
+    raise ConfigError(
+        f"{batch}{processes} trains the model's BatchNorm layers on one sample per batch, and "
+        "BatchNorm normalises by a batch's statistics, which need at least 2 samples; choose "
+        f"trainer.batch_size={2 * distributed.world_size} or more, or a model without BatchNorm."
+    )
+
+
+def without_lone_last_batch(batches, train_size: int, batch_size: int | None, distributed):
+    """The training ``batches`` of a model with BatchNorm without their last batch when it would
+    hold a single sample (the training set's size is one more than a multiple of the batch):
+    BatchNorm cannot normalise it. Each epoch then trains on all samples but one, a different
+    one every epoch since the batches are shuffled; the log says so once. The batches as they
+    are otherwise (no such batch, or ``trainer.limit_batches`` stops before it)."""
+    per_process = dist_setup.local_batch_size(batch_size, distributed)
+    shard = dist_setup.shard_size(train_size, distributed, pad=True)
+    full = -(-shard // per_process) if per_process else 1
+    if not per_process or shard % per_process != 1 or full < 2 or len(batches) < full:
+        return batches
+    if distributed.is_main:
+        log.info("the %d training samples leave a last batch of one sample%s (trainer.batch_size=%d), which "
+                 "BatchNorm cannot normalise: each epoch leaves it out, a different sample every epoch "
+                 "as the batches are shuffled", train_size, " per process" if distributed.enabled else "",
+                 batch_size)
+    return LimitedBatches(batches, full - 1)
 
 
 def record_result(record: dict, result, splits, distributed) -> None:
@@ -677,8 +762,9 @@ def no_space_sentence(error: OSError) -> str:
 
 def exit_on_composition_problem(argv: list[str]) -> None:
     """Compose the command line's config before Hydra does: a mistyped key, a value of the wrong
-    type or an unknown option stops here with one sentence (:mod:`topk.schema`), nothing written."""
-    problem = schema_store.command_line_problem(argv, CONF_DIR, "train")
+    type, an unknown option or a config group set to null stops here with one sentence
+    (:mod:`topk.schema`), nothing written."""
+    problem = null_option_problem(argv, CONF_DIR) or schema_store.command_line_problem(argv, CONF_DIR, "train")
     if problem is not None:
         print(f"Error: {problem}", file=sys.stderr)
         sys.exit(1)

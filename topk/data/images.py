@@ -134,15 +134,22 @@ def where_expected(layout: str, source: str) -> str:
 
 
 def list_image_folder(folder: Path) -> tuple[list[str], list[tuple[str, str]]]:
-    """Class folders (sorted, as ``ImageFolder``) and ``(path, class folder)`` of every image."""
+    """Class folders (sorted, as ``ImageFolder``) and ``(path, class folder)`` of every image.
+    A folder that cannot be read raises its ``OSError`` (naming it): ``os.walk`` would otherwise
+    pass over it, and its class would look empty."""
     classes = sorted(entry.name for entry in os.scandir(folder) if entry.is_dir())
     samples = []
     for name in classes:
-        for root, _, files in sorted(os.walk(folder / name, followlinks=True)):
+        for root, _, files in sorted(os.walk(folder / name, onerror=_raise, followlinks=True)):
             for file in sorted(files):
                 if file.lower().endswith(IMAGE_EXTENSIONS):
                     samples.append((os.path.join(root, file), name))
     return classes, samples
+
+
+def _raise(error: OSError) -> None:
+    """``os.walk``'s ``onerror``: stop on a folder it cannot read, instead of passing over it."""
+    raise error
 
 
 def labelled_split(

@@ -46,9 +46,10 @@ class DataSplits:
     sources: dict[str, str] = field(default_factory=dict)  # split -> where it was read from
 
     def __post_init__(self):
-        """The checks every data set gets, wherever it was read: no split is empty (an empty
-        evaluation split would be reported as 0 %, an empty validation split would always select
-        epoch 1) and no in-memory feature is NaN or infinite."""
+        """The checks every data set gets, wherever it was read: at least two classes (with one,
+        every top-k prediction is right and no top-k loss is defined), no split is empty (an
+        empty evaluation split would be reported as 0 %, an empty validation split would always
+        select epoch 1) and no in-memory feature is NaN or infinite."""
         for name in ("train", "val", "test"):
             split = getattr(self, name)
             if split is None:
@@ -60,6 +61,11 @@ class DataSplits:
             if isinstance(split, TensorSplit) and not all_finite(split.x):
                 raise ConfigError(f"the {name} split{where} holds NaN or infinite features; "
                                   "fix the data (or the data set's parameters) before training.")
+        if self.num_classes < 2:
+            where = f" read from {self.sources['train']}" if "train" in self.sources else ""
+            raise ConfigError(f"the data set{where} has a single class, and top-k classification needs "
+                              "at least 2 (with one, every prediction is right); give it samples of at "
+                              "least 2 classes.")
 
     @property
     def input_shape(self) -> tuple[int, ...]:

@@ -75,6 +75,9 @@ def check_k(k: int, num_classes: int, name: str = "k", key: str | None = None) -
     The sentence names the argument ``name``, or ``key`` where the caller knows the value by
     another name (``train.py``'s ``loss.k``, through :func:`check_num_classes_for_k`).
     """
+    if num_classes < 2:
+        raise ConfigError(f"{key or name}={k} needs at least 2 classes, and the data has {num_classes}: "
+                          "top-k of a single class is always right; give the data at least 2 classes.")
     if not 1 <= k <= num_classes - 1:
         raise ConfigError(
             f"{key or name}={k} must be between 1 and the number of classes minus one "

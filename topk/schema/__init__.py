@@ -5,6 +5,8 @@
 - :mod:`topk.schema.groups`: one dataclass per constructor a ``conf/`` option targets;
 - :mod:`topk.schema.check`: a composed config held to them, and Hydra's composition errors said
   in one sentence;
+- :mod:`topk.schema.paths`: the output folders a config names, held to what a file system can
+  create (name lengths; a folder named after a whole config group);
 - :mod:`topk.schema.store`: the schemas in Hydra's ConfigStore, and the command line checked
   before Hydra writes anything (the only module here that imports Hydra);
 - :mod:`topk.schema.targets`: the callables a config may name, those the config files of the

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
@@ -127,6 +128,50 @@ def composition_problem(error: BaseException) -> str:
     return text.rstrip(".") + "."
 
 
+def null_option_problem(argv: list[str], config_dir: Path) -> str | None:
+    """One sentence if the command line ``argv`` of ``python train.py`` sets a config group to
+    null (``loss=null``, ``dataset=null``, or among a sweep's values, ``-m loss=ce,null``), else
+    ``None``. Hydra stops on it with a traceback (a group's override must name one of its
+    options); nothing is written. ``logger=null`` is refused alike: leaving it out keeps its
+    default, no logger. ``config_dir`` is ``conf/`` (or an absolute ``--config-path``)."""
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    args = get_args_parser().parse_args(argv)
+    if args.config_path and Path(args.config_path).is_absolute():
+        config_dir = Path(args.config_path)
+    try:
+        overrides = OverridesParser.create().parse_overrides(args.overrides)
+    except HydraException:
+        return None  # an override that does not parse: topk.schema.store.command_line_problem says so
+    for override in overrides:
+        group = override.key_or_group
+        is_group = "/" in group or (config_dir / group).is_dir()
+        if is_group and not override.is_delete() and None in _override_values(override):
+            return _null_option_sentence(group, config_dir)
+    return None
+
+
+def _override_values(override) -> list:
+    """The values an override sets: one, or each of a sweep's (``ce,null`` -> ``["ce", None]``)."""
+    if not override.is_sweep_override():
+        return [override.value()]
+    try:
+        return list(override.sweep_iterator())
+    except Exception:  # noqa: BLE001 - a sweep Hydra expands otherwise (glob): its values are names
+        return []
+
+
+def _null_option_sentence(group: str, config_dir: Path) -> str:
+    """``loss=null``: the group needs one of its options; the options of ``conf/`` are listed
+    (Hydra's own groups, ``hydra/launcher``, have more than ``conf/`` holds)."""
+    options = sorted(path.stem for path in (config_dir / group).glob("*.yaml"))
+    listed = f"choose one of {', '.join(options)}" if options and "/" not in group else "name one of its options"
+    return (f"{group}=null chooses no option, and the config group {group} needs one; {listed}, "
+            f"or leave {group} out for its default.")
+
+
 def _missing_option(error) -> str:
     """``loss=hnge``: the option does not exist; list the group's options (Hydra's schemas hidden)."""
     path = str(error.missing_cfg_file or "")
@@ -172,7 +217,10 @@ def _schema_of(cause: OmegaConfBaseException):
 
 
 def _refused_value(message: str) -> str:
-    """The refused value, as OmegaConf's message has it (``Value '2.5' of type 'float'``)."""
+    """The refused value, as OmegaConf's message has it (``Value '2.5' of type 'float'``;
+    ``field 'trainer.epochs' is not Optional``: null)."""
+    if re.search(r"field '.*' is not Optional|NoneType is not a subclass", message):
+        return "null"
     match = (re.search(r"Value '(.*?)' of type '(\w+)'", message, re.DOTALL)
              or re.search(r"Value '(.*?)' is not a valid bool \(type (\w+)\)", message, re.DOTALL))
     if not match:
