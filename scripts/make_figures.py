@@ -8,7 +8,9 @@
 Figures: s20_exp1, s20_exp2, s20_exp3 (S20 Figs. 2–4), s20_cifar (S20 Fig. 6), g22_sparsity
 (G22 Fig. 2), g22_time (G22 Fig. 3), b18_tau (B18 Fig. 2a), b18_sparsity (B18 Fig. 2b). Writes ``<out>/<id>.png``, ``.csv`` and ``.md`` (default
 ``outputs/figures``). A sweep holding runs of another experiment, or of none (a sweep without
-``+experiment``), is refused: one sentence ``Error: ...`` on stderr and exit status 1.
+``+experiment``), or a tuning study's trials, is refused: one sentence ``Error: ...`` on stderr
+and exit status 1, as is an ``--out`` that cannot be written (checked first: nothing is written
+then). A job's duplicates count once: the figure's text lists those left out.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ sys.path.insert(0, str(ROOT))
 
 from topk.errors import TopkError  # noqa: E402
 from topk.report.figures import FIGURE_IDS, build_figure, write_figure  # noqa: E402
+from topk.report.render import out_problem, write_failure  # noqa: E402
 from topk.report.runs import best_sweep  # noqa: E402
 
 
@@ -43,11 +46,18 @@ def main(argv=None) -> int:
               if value is not None}
     if chosen and args.experiment != "s20_cifar":
         parser.error("--model, --augment and --selection choose a panel of s20_cifar only")
+    problem = out_problem(args.out, "the figures' folder")
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
+        return 1
     try:
         sweep = None if args.sweep_dir else best_sweep(args.outputs, args.experiment)
         files = write_figure(build_figure(args.experiment, args.sweep_dir, sweep, **chosen), args.out)
     except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
         print(f"Error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"Error: {write_failure(error)}", file=sys.stderr)
         return 1
     print(files["md"].read_text())
     for kind, path in files.items():

@@ -10,6 +10,9 @@ smoke, faithful to its experiment's protocol, most complete, newest records; b18
 benchmark), lists the others, and says whether it reproduced: see topk/report/page.py. It is one
 static file with relative links and copies of the run records it cites: it opens from disk, and
 the folder can be copied whole. Exit status 1 if an item could not be built (the page says why).
+A page folder (``--out``) that cannot be written, or that holds files of something other than an
+earlier page, is refused in one sentence before anything is written; a record that is a link out
+of its run directory is never copied beside the page.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from topk.report.page import build_page  # noqa: E402
+from topk.report.render import out_problem, write_failure  # noqa: E402
 
 README_FIGURES = ("s20_exp1", "s20_exp2", "s20_exp3")
 FULL_SCALE = ("reproduced", "differs", "undecided", "ran")  # the whole protocol ran
@@ -56,12 +60,19 @@ def main(argv=None) -> int:
                         help="copy the S20 synthetic figures into DIR (docs/figures), only when "
                              "the page shows them from complete full-scale protocol sweeps")
     args = parser.parse_args(argv)
+    problem = out_problem(args.out or args.outputs / "report", "the page folder")
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
+        return 1
     try:
         path, errors = build_page(args.outputs, args.smoke, args.out, args.sweep_dir)
         if args.readme_figures:
             copy_readme_figures(path.parent, args.readme_figures)
     except (ValueError, FileNotFoundError) as error:  # a --sweep-dir that is no sweep
         print(f"Error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:
+        print(f"Error: {write_failure(error)}", file=sys.stderr)
         return 1
     print(f"wrote {path}")
     for error in errors:

@@ -259,16 +259,17 @@ def test_s20_cifar_panel_falls_back_and_says_so(s20_cifar_sweep, tmp_path):
 
 @pytest.fixture
 def g22_time_sweep(tmp_path):
-    """CE at 2, 4 (K = 5) and 3 s (K = 10): baseline 3 s; a failed CE run of 100 s stays out."""
-    def timed(status, loss, k, seconds, n_samples=None):
+    """CE at 2, 4 (K = 5, two seeds) and 3 s (K = 10): baseline 3 s; a failed CE run of 100 s
+    (another seed: the same job again would be a duplicate, left out) stays out."""
+    def timed(status, loss, k, seconds, n_samples=None, seed=0):
         params = {"k": k, "loss.k": k}
         if n_samples is not None:
             params["loss.n_samples"] = n_samples
-        return run_record(status, loss, params=params, epoch_seconds=seconds)
+        return run_record(status, loss, seed=seed, params=params, epoch_seconds=seconds)
 
     records = [
-        timed("completed", "ce", 5, 2.0), timed("completed", "ce", 5, 4.0),
-        timed("completed", "ce", 10, 3.0), timed("failed", "ce", 10, 100.0),
+        timed("completed", "ce", 5, 2.0), timed("completed", "ce", 5, 4.0, seed=1),
+        timed("completed", "ce", 10, 3.0), timed("failed", "ce", 10, 100.0, seed=1),
         timed("completed", "smooth_svm", 5, 6.0), timed("completed", "smooth_svm", 10, 9.0),
         timed("completed", "noised_bal", 5, 3.3, 3),
         timed("interrupted", "noised_bal", 10, None, 3),

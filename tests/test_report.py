@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, run_cli
 from topk import paper_results
 from topk.records import EMPTY_PROVENANCE, write_history, write_results
 from topk.report.page import ITEMS, STATUS, build_page
@@ -368,3 +368,226 @@ def test_each_item_shows_its_protocol_card_with_the_inferred_and_chosen_rows_mar
                 in section.split("<h2")[1])
     assert text.count('<tr class="marked">') == sum(
         entry.source in ("inferred", "choice") for e in experiments_with_cards() for entry in load(e).entries)
+
+
+# ------------------------------------------------------------------------ issue 35: what a report reads
+
+
+def tree_hashes(root: Path) -> dict[str, str]:
+    """Every file below ``root`` (links as they read) by its path: its SHA-256."""
+    import hashlib
+
+    return {str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(Path(root).rglob("*")) if path.is_file()}
+
+
+def load_script(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def tau_metrics(values):
+    return {"top1": 60.0, "top5": 90.0 + values["loss.tau"] / 100}
+
+
+def tau_records(seeds=None):
+    """b18_tau's protocol records (the smooth top-5 SVM at each tau), test top-5 90 + tau / 100."""
+    return [{**record, "loss": "smooth_svm"} for record in protocol_records("b18_tau", tau_metrics, seeds=seeds)]
+
+
+def b18_tau_sweep_with_duplicates(sweep: Path) -> Path:
+    """Seed 0 of b18_tau (7 jobs); the job of tau = 1.0 (job 4) run again as job 7, as a sweep
+    resumed with a widened grid does (its job numbers shift), a month later; job 0's folder copied
+    by hand to ``0 copy``."""
+    records = tau_records(seeds={0})
+    write_sweep(sweep, "b18_tau", records)
+    again = {**records[4], "provenance": provenance("2026-02-01T00:00:00Z")}
+    (sweep / "7").mkdir()
+    write_results(sweep / "7", again)
+    write_history(sweep / "7", [{"epoch": 1, "train/top5": 60.0}])
+    shutil.copytree(sweep / "0", sweep / "0 copy")
+    return sweep
+
+
+def test_a_job_run_again_or_copied_by_hand_counts_once_and_is_listed(tmp_path, capsys):
+    """Issue 35: both copies of a job once read as two seeds ("2/2 seeds", an interval of width 0,
+    a verdict). A job is its config and seed: the newest completed run counts, the others are
+    listed as duplicates left out, by the table, the figure and the page; nothing is rewritten."""
+    out = tmp_path / "outputs"
+    sweep = b18_tau_sweep_with_duplicates(out / "sweeps" / "b18_tau" / "2026-01-01_00-00-00")
+    before = tree_hashes(sweep)
+    loaded = load_sweep(sweep, "b18_tau")
+    assert len(loaded.runs) == 7 and loaded.duplicates == ((str(sweep / "4"), str(sweep / "7")),
+                                                           (str(sweep / "0 copy"), str(sweep / "0")))
+    assert loaded.counts()["found"] == 9 and loaded.fidelity.completed_jobs(loaded.runs) == 7
+
+    assert load_script("make_tables").main(["b18_tau", "--sweep-dir", str(sweep), "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    markdown = (tmp_path / "t" / "b18_tau.md").read_text()
+    assert ("runs 9 found, 7 completed, 0 failed, 0 interrupted, 0 running, 7 of the protocol's 14 runs "
+            "missing; 2 duplicates left out, each the same job (config and seed) as a run counted in its "
+            "place (the newest completed, else the newest): `4` (counted: `7`), `0 copy` (counted: `0`).") in markdown
+    assert "2/2 seeds" not in markdown and markdown.count("(1/2 seeds, 1 missing)") == 14
+    tidy = pd.read_csv(tmp_path / "t" / "b18_tau.csv")
+    assert tidy["n"].max() == 1 and tidy["ci_low"].isna().all()  # one seed: no interval, no verdict from it
+
+    assert load_script("make_figures").main(["b18_tau", "--sweep-dir", str(sweep), "--out", str(tmp_path / "f")]) == 0
+    assert "2 duplicates left out" in (tmp_path / "f" / "b18_tau.md").read_text()
+
+    path, errors = build_page(out)
+    part = section(path.read_text(), "b18_tau")
+    assert errors == [] and "Run records (7)" in part and "0 unreadable, 2 duplicate(s) left out;" in part
+    assert "<code>4</code> (counted: <code>7</code>), <code>0 copy</code> (counted: <code>0</code>)" in part
+    assert not (out / "report" / "runs" / "b18_tau" / "4").exists()  # a left-out record is not cited
+    assert tree_hashes(sweep) == before
+
+
+def test_a_sweep_resumed_with_a_widened_grid_counts_its_rerun_job_once(tmp_path, capsys):
+    """Issue 35's case from the command line, at smoke scale: `loss.epsilon=0.0,1.0`, then
+    `loss.epsilon=0.0,0.5,1.0 trainer.resume=true`; the job numbers shift, so epsilon = 1 runs again
+    as job 2 (job 1, its first run, refuses epsilon = 0.5). The table counts it once."""
+    from topk.data.fixtures import write_smoke_data
+
+    data, sweep = write_smoke_data(tmp_path / "data"), tmp_path / "sweep"
+    common = ["-m", "+experiment=g22_epsilon", "+scale=smoke", f"data_root={data}", f"hydra.sweep.dir={sweep}",
+              "hydra.launcher.n_jobs=1"]
+    assert run_cli([*common, "loss.epsilon=0.0,1.0"]).returncode == 0
+    run_cli([*common, "loss.epsilon=0.0,0.5,1.0", "trainer.resume=true"])
+    epsilons = {job: json.loads((sweep / job / "results.json").read_text())["params"]["loss.epsilon"]
+                for job in ("0", "1", "2")}
+    assert epsilons == {"0": 0.0, "1": 1.0, "2": 1.0}
+    before = tree_hashes(sweep)
+    assert load_script("make_tables").main(["g22_epsilon", "--sweep-dir", str(sweep), "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    markdown = (tmp_path / "t" / "g22_epsilon.md").read_text()
+    assert "runs 3 found, 2 completed" in markdown and "1 duplicate left out" in markdown
+    assert "`1` (counted: `2`)" in markdown and markdown.count("(1/1 seeds)") == 2  # epsilon 0 and 1
+    assert tree_hashes(sweep) == before
+
+
+def test_the_newest_completed_run_of_a_job_counts_a_failed_rerun_does_not(tmp_path):
+    records = tau_records(seeds={0})[:2]
+    failed_later = {**records[1], "status": "failed", "error": "DataError: gone",
+                    "provenance": provenance("2026-03-01T00:00:00Z")}
+    newer = {**records[0], "test": {"top1": 61.0, "top5": 99.0}, "provenance": provenance("2026-02-01T00:00:00Z")}
+    sweep = write_sweep(tmp_path / "s", "b18_tau", [records[0], records[1], failed_later, newer])
+    loaded = load_sweep(sweep)
+    assert list(loaded.runs["run_dir"]) == [str(sweep / "1"), str(sweep / "3")]
+    assert loaded.runs.set_index("run_dir").at[str(sweep / "3"), "test.top5"] == 99.0
+    assert loaded.duplicates == ((str(sweep / "0"), str(sweep / "3")), (str(sweep / "2"), str(sweep / "1")))
+    # keys that change only speed, place or verbosity do not make another job; the seed does
+    moved = {**records[0], "params": {**records[0]["params"], "data_root": "/elsewhere", "trainer.num_workers": 8}}
+    reseeded = {**records[0], "seed": 1, "params": {**records[0]["params"], "seed": 1}}
+    assert len(load_sweep(write_sweep(tmp_path / "t", "b18_tau", [records[0], moved, reseeded])).runs) == 2
+
+
+def test_tuning_trials_in_a_sweeps_folder_are_no_seeds_of_the_experiment(tmp_path, capsys):
+    """Issue 35: trials of an Optuna study (`+tune=...` before `+scale=smoke` once put them in the
+    smoke sweeps' folder) were averaged as the zoo's seeds. A folder holding them is refused, in
+    one sentence, by the tables and listed as not read by the page; nothing is written or changed."""
+    out = tmp_path / "outputs"
+    sweep = out / "sweeps" / "zoo_cifar100" / "2026-01-01_00-00-00"
+    trials = protocol_records("zoo_cifar100", lambda values: {"top1": 50.0, "top5": 80.0}, seeds={0})[6:7] * 2
+    trials = [{**trial, "params": {**trial["params"], "loss.tau": tau},
+               "provenance": {**trial["provenance"], "command": f"python train.py +experiment=zoo_cifar100 "
+                              f"+tune=smooth_svm +scale=smoke loss.tau={tau}"}}
+              for trial, tau in zip(trials, (0.5, 2.0))]
+    write_sweep(sweep, "zoo_cifar100", trials)
+    before = tree_hashes(out / "sweeps")
+    tables = load_script("make_tables")
+    assert tables.main(["zoo_cifar100", "--sweep-dir", str(sweep), "--out", str(tmp_path / "t")]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("Error: ") and error.count("\n") == 1 and "Traceback" not in error
+    assert "holds 2 trial(s) of a tuning study (`+tune=smooth_svm` in their command" in error
+    assert "move the study to outputs/tuning/zoo_cifar100/smooth_svm/" in error
+    assert tables.main(["zoo_cifar100", "--outputs", str(out), "--out", str(tmp_path / "t")]) == 1
+    assert "trial(s) of a tuning study" in capsys.readouterr().err
+    assert not (tmp_path / "t").exists()
+    path, errors = build_page(out)
+    part = section(path.read_text(), "zoo_cifar100")
+    assert errors == [] and Page(path.read_text()).status["zoo_cifar100"] == "none"
+    assert "Folders found but not read as a sweep of zoo_cifar100" in part and "trial(s) of a tuning study" in part
+    assert tree_hashes(out / "sweeps") == before
+
+
+def test_the_page_never_follows_a_link_out_of_a_run_directory(tmp_path):
+    """Issue 35: a history.csv linked to any file had that file copied into the page's folder,
+    which is meant to be shared. A link out of its run directory is named, never followed; a
+    results.json that is one is not read; the linked files are unchanged."""
+    out = tmp_path / "outputs"
+    secret = tmp_path / "private" / "key.txt"
+    secret.parent.mkdir()
+    secret.write_text("epoch,train/top5\n1,SECRET\n")
+    sweep = write_sweep(out / "sweeps" / "b18_tau" / "a", "b18_tau", tau_records())
+    (sweep / "3" / "history.csv").unlink()
+    (sweep / "3" / "history.csv").symlink_to(secret)
+    (sweep / "9" / "results.json").rename(tmp_path / "private" / "results.json")
+    (sweep / "9" / "results.json").symlink_to(tmp_path / "private" / "results.json")
+    (sweep / "5" / "history.csv").rename(sweep / "5" / "kept.csv")
+    (sweep / "5" / "history.csv").symlink_to("kept.csv")  # a link inside its run: followed
+    before = tree_hashes(tmp_path / "private")
+    loaded = load_sweep(sweep, "b18_tau")
+    assert len(loaded.runs) == 13 and "a link to a file outside its run directory" in loaded.unreadable[0]
+    path, errors = build_page(out)
+    copied = out / "report" / "runs" / "b18_tau"
+    assert errors == [] and not (copied / "3" / "history.csv").exists() and (copied / "3" / "results.json").is_file()
+    assert (copied / "5" / "history.csv").read_text() == (sweep / "5" / "kept.csv").read_text()
+    assert not any("SECRET" in path.read_text(errors="replace") for path in (out / "report").rglob("*") if path.is_file())
+    assert "Not copied beside the page: <code>" in section(path.read_text(), "b18_tau")
+    assert tree_hashes(tmp_path / "private") == before
+
+
+@pytest.mark.parametrize("script,args,what", [
+    ("make_tables", ["b18_tau"], "the tables' folder"),
+    ("make_figures", ["b18_tau"], "the figures' folder"),
+    ("make_report", [], "the page folder"),
+    ("make_cards", [], "the card pages' folder"),
+])
+def test_report_tools_refuse_an_unwritable_out_in_one_sentence(tmp_path, capsys, script, args, what):
+    """Issue 35: an --out that cannot be written ended in a traceback. Each tool now says so in
+    one sentence, exit status 1, before writing anything; the file in the way is unchanged."""
+    out = tmp_path / "outputs"
+    write_sweep(out / "sweeps" / "b18_tau" / "a", "b18_tau", tau_records(seeds={0}))
+    blocker = tmp_path / "a file"
+    blocker.write_text("not a folder\n")
+    before = tree_hashes(tmp_path)
+    sweep_args = ["--outputs", str(out)] if script != "make_cards" else []
+    for target, reason in ((blocker / "sub", "Not a directory"), (blocker, "it is a file, not a folder")):
+        assert load_script(script).main([*args, *sweep_args, "--out", str(target)]) == 1
+        error = capsys.readouterr().err
+        assert error == (f"Error: {what} {target} cannot be written ({reason}); choose another with "
+                         "--out.\n"), error
+    assert tree_hashes(tmp_path) == before
+
+
+def test_the_page_is_built_only_in_an_empty_folder_or_an_earlier_pages(tmp_path, capsys):
+    """`--out outputs` would have replaced outputs/tables/ and outputs/figures/ with the page's."""
+    out = tmp_path / "outputs"
+    (out / "tables").mkdir(parents=True)
+    (out / "tables" / "b18_tau.md").write_text("mine\n")
+    before = tree_hashes(out)
+    report = load_script("make_report")
+    assert report.main(["--outputs", str(out), "--out", str(out)]) == 1
+    error = capsys.readouterr().err
+    assert error == (f"Error: the page folder {out} holds files that are no earlier report page's (tables), "
+                     "which building the page could replace; choose an empty folder, or an earlier page's, "
+                     "with --out.\n")
+    assert tree_hashes(out) == before
+    assert report.main(["--outputs", str(out), "--out", str(tmp_path / "page")]) == 0
+    assert report.main(["--outputs", str(out), "--out", str(tmp_path / "page")]) == 0  # its own earlier page
+
+
+def test_card_pages_are_written_only_where_no_other_page_would_be_removed(tmp_path, capsys):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "guide.md").write_text("# A guide\n")
+    before = tree_hashes(docs)
+    assert load_script("make_cards").main(["--out", str(docs)]) == 1
+    assert capsys.readouterr().err == (
+        f"Error: {docs} holds pages that are not protocol card pages (guide.md), which writing the cards "
+        "would remove; choose an empty folder, or the card pages' own, with --out.\n")
+    assert tree_hashes(docs) == before

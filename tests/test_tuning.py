@@ -150,3 +150,62 @@ def test_a_tuned_zoo_at_smoke_scale_runs_every_trial_and_gives_its_table(tmp_pat
     assert rows.loc["smooth_svm", "completed"] == 2 and rows.loc["ce", "completed"] == 1
     assert rows.loc["smooth_svm", "top5"] == best["test"]["top5"] and rows.loc["smooth_svm", "smoke"]
     assert "(smoke)" in (out / "zoo_cifar100_tuned.md").read_text()
+
+
+# --- issue 35: a study keeps its own folder; a study that cannot run stops in one sentence ---
+
+
+@pytest.mark.parametrize("loss", ["smooth_svm", "ce"])
+def test_a_study_keeps_its_own_folder_before_or_after_smoke_scale(loss):
+    """`+tune=<loss> +scale=smoke` once put the trials in the smoke sweeps' folder (the later file's
+    hydra.sweep.dir won), where the zoo table averaged them as seeds."""
+    folders = [compose_config(["+experiment=zoo_cifar100", *order], return_hydra_config=True).hydra.sweep.dir
+               for order in ([f"+tune={loss}", "+scale=smoke"], ["+scale=smoke", f"+tune={loss}"], [f"+tune={loss}"])]
+    assert all(folder.startswith(f"outputs/tuning/zoo_cifar100/{loss}/") for folder in folders), folders
+    smoke = compose_config(["+experiment=zoo_cifar100", "+scale=smoke"], return_hydra_config=True).hydra.sweep.dir
+    assert smoke.startswith("outputs/smoke/sweeps/zoo_cifar100/")
+    assert compose_config(["+scale=smoke"], return_hydra_config=True).hydra.sweep.dir.startswith(
+        "outputs/smoke/sweeps/multirun/")
+
+
+def test_a_study_stops_when_its_trials_fail_alike_or_none_completes():
+    from optuna.trial import TrialState
+
+    from topk.tune_sampler import stop_reason
+
+    failed, done = TrialState.FAIL, TrialState.COMPLETE
+    missing = "DataError: no CIFAR-100 folder"
+    assert stop_reason([failed], [missing], 20) is None  # one failure tells nothing yet
+    assert stop_reason([failed, failed], [missing, missing], 20) == (
+        "every trial failed with the same error, whatever its values, so the study stopped after 2 of its 20 trials")
+    assert stop_reason([failed, failed], [missing, "DataError: another"], 20) is None
+    assert stop_reason([done, failed, failed], [missing, missing], 20) is None  # one trial ran: values matter
+    diverged = "NonFiniteLossError: the training loss became nan at epoch 1; lower optim.lr"
+    assert stop_reason([failed, failed], [diverged, diverged], 20) is None  # the values tried did it
+    assert stop_reason([failed, failed], [missing], 20) is None  # a trial without a record: unknown
+    assert stop_reason([failed], [missing], 1) == "no trial of the study completed, so it has no best trial"
+    assert stop_reason([failed] * 3, [diverged] * 3, 3) == "no trial of the study completed, so it has no best trial"
+
+
+def test_a_study_that_cannot_run_stops_early_in_one_sentence(tmp_path):
+    """Issue 35: with its data missing, every trial of an Optuna study failed alike, and the study
+    ran all 20 before ending in Optuna's "No trials are completed yet" traceback. It stops after
+    two, with the basic sweeper's summary; the data folder is left as it was."""
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "README").write_text("CIFAR-100 goes here\n")
+    before = (data / "README").read_bytes()
+    study = tmp_path / "study"
+    result = run_cli(["-m", "+experiment=zoo_cifar100", "+tune=smooth_svm", "+scale=smoke", f"data_root={data}",
+                      f"hydra.sweep.dir={study}"], env_extra={"TOPK_TUNE_TRIALS": "20"})
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr + result.stdout and "No trials are completed" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-2:] == [f"Sweep {study}: 2 failed.",
+                          "Error: 2 runs of the sweep failed; their results.json and train.log say why; every "
+                          "trial failed with the same error, whatever its values, so the study stopped after 2 "
+                          "of its 20 trials."]
+    assert sum(line.startswith(f"Error in {study}") for line in lines) == 2 and len(lines) <= 6
+    records = sorted(study.rglob("results.json"))
+    assert len(records) == 2 and all(json.loads(path.read_text())["status"] == "failed" for path in records)
+    assert sorted(path.name for path in data.iterdir()) == ["README"] and (data / "README").read_bytes() == before

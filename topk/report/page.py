@@ -9,6 +9,11 @@ others listed; ``--sweep-dir`` chooses one. Its status (:data:`STATUS`, in order
 *smoke scale*, *deviates from the protocol* (the differing keys listed), *protocol incomplete*,
 then, for a complete protocol run, *reproduced* (every cell with a published number agrees and
 every claim holds), *ran, differs*, *ran, undecided* or *ran* (nothing published to compare).
+
+A job is counted once (:mod:`topk.report.runs`): the duplicates left out are listed with the
+runs. The page copies only files that lie in their run directory: a record that is a link to a
+file elsewhere is named, not copied. It is built into an empty folder or an earlier page's, never
+into one holding other files (:func:`page_folder_problem`).
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from topk.cards.render import card_html
 from topk.report.figures import FIGURES, build_figure, write_figure
 from topk.report.protocol import PROTOCOL_FREE_KEYS
 from topk.report.render import Table
-from topk.report.runs import Sweep, column, display_path, find_sweeps, read_sweep
+from topk.report.runs import Sweep, column, display_path, find_sweeps, inside_run_dir, read_sweep
 from topk.report.tables import TABLE_IDS, make_table
 from topk.report.template import PAGE
 from topk.report.verdicts import AGREES, DIFFERS, FAILS, HOLDS
@@ -94,6 +99,7 @@ STATUS_MEANING = {
 SMOKE_BENCH = ("Smoke scale (`make smoke`): the quick loss benchmark (n = 1000 only, short "
                "timings); `make bench-losses` runs the full one.")
 RECORD_FILES = ("results.json", "history.csv")
+PAGE_FILES = ("index.html", "status.json")  # what marks a folder as an earlier page's
 
 
 def inline(line: str) -> str:
@@ -113,6 +119,7 @@ class Item:
     verdicts: list[str] = field(default_factory=list)
     parts: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    not_copied: list[str] = field(default_factory=list)  # record files that link out of their run
 
     @property
     def status(self) -> str:
@@ -216,6 +223,20 @@ def build_outputs(item: Item, page_dir: Path) -> None:
         item.verdicts += text.verdicts
 
 
+def copy_record_file(item: Item, source: Path, destination: Path) -> None:
+    """``source`` copied to ``destination`` if it is a file of its own folder; a link out of it
+    (to any file of the machine) is never followed into the page's folder, only named in
+    ``item.not_copied``."""
+    if not source.is_file():
+        return
+    if not inside_run_dir(source):
+        item.not_copied.append(display_path(source))
+        return
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, destination)
+    shutil.copystat(source, destination)
+
+
 def copy_records(item: Item, page_dir: Path) -> Path:
     """The item's run records (and its sweep's ``multirun.yaml``) copied to
     ``<page>/runs/<item>/``, so that the page's links work wherever the folder goes."""
@@ -228,11 +249,8 @@ def copy_records(item: Item, page_dir: Path) -> Path:
         destination = target / Path(run_dir).relative_to(item.sweep.path)
         destination.mkdir(parents=True, exist_ok=True)
         for name in RECORD_FILES:
-            if (Path(run_dir) / name).is_file():
-                shutil.copy2(Path(run_dir) / name, destination / name)
-    if (item.sweep.path / "multirun.yaml").is_file():
-        target.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(item.sweep.path / "multirun.yaml", target / "multirun.yaml")
+            copy_record_file(item, Path(run_dir) / name, destination / name)
+    copy_record_file(item, item.sweep.path / "multirun.yaml", target / "multirun.yaml")
     return target
 
 
@@ -282,7 +300,7 @@ def protocol_html(item: Item) -> str:
                      f"changed since these runs): {html.escape(keys)}.</p>")
     if item.others or item.refused:
         others = "".join(f"<li>{sweep_line(s)}</li>" for s in item.others)
-        others += "".join(f"<li>not read: {html.escape(r)}</li>" for r in item.refused)
+        others += "".join(f"<li>not read: {inline(r)}</li>" for r in item.refused)
         parts.append(f"<details><summary>Other sweeps found ({len(item.others) + len(item.refused)})"
                      f"</summary><ul>{others}</ul></details>")
     return "\n".join(parts)
@@ -309,11 +327,28 @@ def runs_html(item: Item, records: Path, page_dir: Path) -> str:
         f"<li>{link(records / Path(d).relative_to(item.sweep.path) / 'results.json', Path(d).name, page_dir)}: "
         + html.escape(f"{loss}, seed {seed}, {status}") + "</li>"
         for d, loss, seed, status in zip(runs["run_dir"], runs["loss"], runs["seed"], runs["status"]))
+    duplicates = (f'<p class="meta">{inline(item.sweep.duplicates_text())}.</p>'
+                  if item.sweep.duplicates else "")
     return (f'<p class="meta">Runs: {c["found"]} found, {c["completed"]} completed, '
             f"{c['failed']} failed, {c['interrupted'] + c['running']} unfinished, "
-            f"{c['unreadable']} unreadable; {c['missing']} of the protocol's {c['expected']} "
-            f"missing. Records copied to {link(records, display_path(records.relative_to(page_dir)), page_dir)}.</p>"
+            f"{c['unreadable']} unreadable{duplicates_count(c)}; {c['missing']} of the protocol's "
+            f"{c['expected']} missing. Records copied to "
+            f"{link(records, display_path(records.relative_to(page_dir)), page_dir)}.</p>{duplicates}"
+            f"{not_copied_html(item)}"
             f"<details><summary>Run records ({len(runs)})</summary><ul>{listing}</ul></details>")
+
+
+def duplicates_count(counts: dict) -> str:
+    return f", {counts['duplicates']} duplicate(s) left out" if counts["duplicates"] else ""
+
+
+def not_copied_html(item: Item) -> str:
+    """The record files left behind for being links out of their run directory."""
+    if not item.not_copied:
+        return ""
+    files = ", ".join(f"<code>{html.escape(path)}</code>" for path in item.not_copied)
+    return (f'<p class="meta">Not copied beside the page: {files}, each a link to a file outside '
+            "its run directory (the page never follows one).</p>")
 
 
 def item_html(item: Item, page_dir: Path) -> str:
@@ -325,7 +360,9 @@ def item_html(item: Item, page_dir: Path) -> str:
     if card_path(item.id).is_file():
         body.append(card_html(load(item.id)))
     if item.status == "none":
-        return head + "".join(body)
+        refused = "".join(f"<li>{inline(reason)}</li>" for reason in item.refused)
+        return head + "".join(body) + (f"<p>Folders found but not read as a sweep of {item.id}:</p>"
+                                       f"<ul>{refused}</ul>" if refused else "")
     body.append(f"<p><em>{inline(STATUS_MEANING[item.status])}.</em></p>")
     records = copy_records(item, page_dir)
     if item.sweep is None:
@@ -381,6 +418,9 @@ def build_page(outputs: Path, smoke: Path | None = None, page_dir: Path | None =
     records). Returns the page's path and the errors of items that could not be built."""
     outputs = Path(outputs)
     smoke, page_dir = Path(smoke or outputs / "smoke"), Path(page_dir or outputs / "report")
+    problem = page_folder_problem(page_dir)
+    if problem is not None:
+        raise ValueError(problem)
     for folder in ("tables", "figures", "runs"):  # no file of an earlier build stays beside the page
         shutil.rmtree(page_dir / folder, ignore_errors=True)
     page_dir.mkdir(parents=True, exist_ok=True)
@@ -402,6 +442,21 @@ def build_page(outputs: Path, smoke: Path | None = None, page_dir: Path | None =
                    str(item.source), "verdicts": dict(Counter(item.verdicts))} for item in items},
         indent=2) + "\n")
     return path, [f"{item.id}: {error}" for item in items for error in item.errors]
+
+
+def page_folder_problem(page_dir: Path) -> str | None:
+    """One sentence if ``page_dir`` holds files but no earlier page (its ``index.html`` and
+    ``status.json``): building would replace its ``index.html`` and its ``tables/``, ``figures/``
+    and ``runs/`` folders."""
+    if not page_dir.is_dir() or all((page_dir / name).is_file() for name in PAGE_FILES):
+        return None
+    held = sorted(path.name for path in page_dir.iterdir())
+    if not held:
+        return None
+    named = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+    return (f"the page folder {page_dir} holds files that are no earlier report page's ({named}), "
+            "which building the page could replace; choose an empty folder, or an earlier page's, "
+            "with --out.")
 
 
 def experiment_of(sweep_dir: Path) -> str:

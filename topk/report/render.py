@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,6 +64,43 @@ class FigureText(Table):
 
     index = False
     heading = ""
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created and written, found by trying (as root, ``os.access`` says
+    yes even for ``/proc``) and leaving nothing behind: a probe file is written and removed, and
+    so are the folders made for it; ``None`` if it can be."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        return "it is a file, not a folder"
+    missing = [path for path in (folder, *folder.parents) if not path.exists()]  # deepest first
+    probe = folder / ".write_test"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    finally:
+        for path in missing:
+            with contextlib.suppress(OSError):  # not made, or no longer empty
+                path.rmdir()
+    return None
+
+
+def out_problem(folder: Path, what: str) -> str | None:
+    """One sentence if the output folder ``folder`` (``what`` it holds: "the tables' folder")
+    cannot be written (:func:`folder_problem`), else ``None``: the scripts' ``--out``."""
+    reason = folder_problem(folder)
+    return None if reason is None else (f"{what} {folder} cannot be written ({reason}); choose "
+                                        "another with --out.")
+
+
+def write_failure(error: OSError) -> str:
+    """One sentence for a file that could not be written after all (a full disk)."""
+    where = f" {error.filename}" if error.filename else ""
+    return (f"could not write{where} ({error.strerror or error}); free some space, or choose "
+            "another folder with --out.")
 
 
 def write_table(table: Table, out_dir: Path) -> dict[str, Path]:

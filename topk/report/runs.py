@@ -2,25 +2,40 @@
 readable ``results.json`` (keys flattened: ``params.loss.k``, ``test.top5``), missing values
 ``None``, runs in job order (0, 1, 2, …, 10). The expected runs are the experiment's protocol's
 (:mod:`topk.report.protocol`), never the sweep's own, possibly narrowed, ``multirun.yaml``.
+
+A job is counted once. Two records of the same job (:func:`job_identity`: the same config and
+seed, keys that change only speed, place or verbosity aside), such as a job re-run under another
+job number by a sweep resumed with a widened grid, or a job folder copied by hand, are one run:
+the newest completed is kept (else the newest), and the others are listed as duplicates left out
+(:attr:`Sweep.duplicates`, in :meth:`Sweep.header`), never counted as seeds. A tuning study's
+trials (``+tune=<loss>``) are no experiment's sweep: :func:`read_sweep` refuses them. A record
+that is a link out of its run directory is not read (:func:`inside_run_dir`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from topk.errors import ConfigError
 from topk.records import STATUSES, flatten
-from topk.report.protocol import Fidelity, assess
+from topk.report.protocol import PROTOCOL_FREE_KEYS, Fidelity, assess, normalise
+from topk.run_dir import ADDED_KEYS, RENAMED_KEYS, override_key
 
 UNFINISHED = STATUSES[1:]
 BASE_COLUMNS = ("status", "experiment", "loss", "model", "augment", "seed", "selection_metric",
                 "best_epoch", "epoch_seconds", "run_dir")
+# The record's own fields that name its job besides its params (records older than some params,
+# and fabricated ones, still differ by these)
+IDENTITY_FIELDS = ("experiment", "dataset", "model", "augment", "loss", "seed")
+DUPLICATES_LISTED = 5  # duplicates named in a sweep's header; the others counted
 
 
 def number(value) -> float | None:
@@ -62,6 +77,8 @@ class Sweep:
     runs: pd.DataFrame
     unreadable: tuple[str, ...]
     fidelity: Fidelity | None = None
+    # (run left out, run kept in its place) for each record of a job another run answers
+    duplicates: tuple[tuple[str, str], ...] = ()
 
     @property
     def jobs(self) -> int | None:
@@ -74,12 +91,13 @@ class Sweep:
         return None if self.fidelity is None else self.fidelity.protocol.seeds
 
     def counts(self) -> dict:
-        """Runs found, per status, unreadable, expected and missing (protocol jobs no run
-        answers)."""
+        """Runs found, per status (of the runs counted), unreadable, duplicates left out,
+        expected and missing (protocol jobs no run answers)."""
         statuses = self.runs["status"].value_counts()
-        found = len(self.runs) + len(self.unreadable)
+        found = len(self.runs) + len(self.unreadable) + len(self.duplicates)
         counts = {"found": found, **{s: int(statuses.get(s, 0)) for s in STATUSES},
-                  "unreadable": len(self.unreadable), "expected": self.jobs}
+                  "unreadable": len(self.unreadable), "duplicates": len(self.duplicates),
+                  "expected": self.jobs}
         counts["missing"] = None if self.fidelity is None else len(self.fidelity.missing_jobs())
         return counts
 
@@ -94,14 +112,34 @@ class Sweep:
         return first, last
 
     def header(self) -> str:
-        """One sentence: runs found, completed, failed, interrupted, running, missing."""
+        """One sentence: runs found, completed, failed, interrupted, running, missing, and the
+        duplicates left out (:meth:`duplicates_text`)."""
         c = self.counts()
         expected = (", missing unknown (no protocol to compare with)" if c["expected"] is None
                     else f", {c['missing']} of the protocol's {c['expected']} runs missing")
         unreadable = f", {c['unreadable']} unreadable" if c["unreadable"] else ""
+        duplicates = f"; {self.duplicates_text()}" if self.duplicates else ""
         return (f"Sweep `{display_path(self.path)}`: runs {c['found']} found, {c['completed']} "
                 f"completed, {c['failed']} failed, {c['interrupted']} interrupted, "
-                f"{c['running']} running{unreadable}{expected}.")
+                f"{c['running']} running{unreadable}{expected}{duplicates}.")
+
+    def duplicates_text(self) -> str:
+        """The duplicates left out, named by their job folders: "2 duplicates left out, ... :
+        `1` (counted: `3`), `4` (counted: `5`)"."""
+        count = len(self.duplicates)
+        named = ", ".join(f"`{self.job_name(left)}` (counted: `{self.job_name(kept)}`)"
+                          for left, kept in self.duplicates[:DUPLICATES_LISTED])
+        more = f" and {count - DUPLICATES_LISTED} more" if count > DUPLICATES_LISTED else ""
+        return (f"{count} duplicate{'s' if count > 1 else ''} left out, each the same job (config "
+                f"and seed) as a run counted in its place (the newest completed, else the newest): "
+                f"{named}{more}")
+
+    def job_name(self, run_dir) -> str:
+        """A run's folder relative to the sweep's (``3``, ``2026-01-01_00-00-00/3``)."""
+        try:
+            return str(Path(run_dir).relative_to(self.path))
+        except ValueError:
+            return str(run_dir)
 
 
 def utc_text(seconds: float) -> str:
@@ -114,32 +152,129 @@ def job_order(path: Path) -> tuple:
                  for part in path.parent.parts)
 
 
+def inside_run_dir(path: Path) -> bool:
+    """Whether the file ``path`` of a run (or sweep) directory lies in that directory once links
+    are followed: a link to a file elsewhere (any file of the machine) is never read, nor copied
+    beside the report page."""
+    try:
+        return Path(path).resolve().is_relative_to(Path(path).parent.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def read_record(path: Path) -> dict:
+    """A ``results.json`` as a dict; ``ValueError`` (its reason) if it is no JSON object or a link
+    out of its run directory, ``OSError`` if it cannot be read."""
+    if not inside_run_dir(path):
+        raise ValueError("a link to a file outside its run directory, not read")
+    record = json.loads(Path(path).read_text())
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    return record
+
+
+def job_identity(row: dict) -> tuple | None:
+    """The job a run record answers: its params (the flat resolved config, keys renamed or added
+    since read as today's, :data:`topk.run_dir.RENAMED_KEYS`, :data:`topk.run_dir.ADDED_KEYS`)
+    but the keys that change only speed, place or verbosity (:data:`PROTOCOL_FREE_KEYS`), and
+    its experiment, data set, model, augmentation, loss and seed; two records with one identity
+    trained the same thing. ``None`` for a record without params: its job cannot be told."""
+    params = {RENAMED_KEYS.get(key, key): value for key, value in (row.get("_params") or {}).items()}
+    if not params:
+        return None
+    params = {**ADDED_KEYS, **params}
+    config = tuple(sorted((key, normalise(value)) for key, value in params.items()
+                          if key not in PROTOCOL_FREE_KEYS))
+    return (*(normalise(row.get(name)) for name in IDENTITY_FIELDS), config)
+
+
+def recency(row: dict) -> str:
+    """When a run last wrote its record: its ``provenance`` end (else start), else the file's
+    modification time (UTC, ISO 8601: such texts sort in time order)."""
+    written = row.get("provenance.ended_utc") or row.get("provenance.started_utc")
+    if written:
+        return str(written)
+    try:
+        return utc_text((Path(row["run_dir"]) / "results.json").stat().st_mtime)
+    except OSError:
+        return ""
+
+
+def one_run_per_job(rows: list[dict]) -> tuple[list[dict], tuple[tuple[str, str], ...]]:
+    """``rows`` with one run per job (:func:`job_identity`): the newest completed run, else the
+    newest, in job order; and ``(left out, kept)`` run directories for the others."""
+    jobs: dict = {}
+    for row in rows:
+        identity = job_identity(row)
+        jobs.setdefault(row["run_dir"] if identity is None else identity, []).append(row)
+    kept_dirs, duplicates = set(), []
+    for runs in jobs.values():
+        kept = max(runs, key=lambda row: (row.get("status") == "completed", recency(row)))
+        kept_dirs.add(kept["run_dir"])
+        duplicates += [(row["run_dir"], kept["run_dir"]) for row in runs if row is not kept]
+    duplicates.sort(key=lambda pair: job_order(Path(pair[0], "results.json")))
+    return [row for row in rows if row["run_dir"] in kept_dirs], tuple(duplicates)
+
+
 def load_sweep(sweep_dir: Path, experiment: str | None = None) -> Sweep:
     """Every ``results.json`` below ``sweep_dir`` as one row, in job order (a missing sweep reads
-    as empty); a corrupt record is counted in ``unreadable``, never fatal. With ``experiment``
-    the runs are compared with its protocol (:func:`topk.report.protocol.assess`)."""
+    as empty), one run per job (:func:`one_run_per_job`); a corrupt record, or a link out of its
+    run directory, is counted in ``unreadable``, never fatal. With ``experiment`` the runs are
+    compared with its protocol (:func:`topk.report.protocol.assess`)."""
     rows, unreadable = [], []
     for path in sorted(Path(sweep_dir).rglob("results.json"), key=job_order):
         try:
-            record = json.loads(path.read_text())
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
+            record = read_record(path)
         except (OSError, ValueError) as error:
             unreadable.append(f"{path}: {error}")
             continue
         params = record.get("params") if isinstance(record.get("params"), dict) else {}
         rows.append({**flatten(record), "run_dir": str(path.parent), "_params": params})
+    rows, duplicates = one_run_per_job(rows)
     runs = pd.DataFrame(rows, dtype=object)
     runs = runs.reindex(columns=[*BASE_COLUMNS, *runs.columns.difference(BASE_COLUMNS)])
     runs = runs.astype(object).where(runs.notna(), None)
     fidelity = assess(runs, sweep_dir, experiment) if experiment else None
-    return Sweep(Path(sweep_dir), runs, tuple(unreadable), fidelity)
+    return Sweep(Path(sweep_dir), runs, tuple(unreadable), fidelity, duplicates)
+
+
+def tuning_study(run) -> str | None:
+    """The loss whose tuning study a run is a trial of (``+tune=<loss>`` among its overrides: its
+    record's ``provenance.command``, else its ``.hydra/overrides.yaml``); ``None`` for a run of no
+    study."""
+    try:
+        overrides = shlex.split(str(run.get("provenance.command") or ""))[2:]
+    except ValueError:  # unbalanced quotes
+        overrides = []
+    path = Path(run["run_dir"]) / ".hydra" / "overrides.yaml"
+    if not overrides and path.is_file() and inside_run_dir(path):
+        try:
+            overrides = [str(line) for line in yaml.safe_load(path.read_text()) or []]
+        except (OSError, yaml.YAMLError, TypeError):
+            overrides = []
+    return next((line.partition("=")[2] for line in overrides if override_key(line) == "tune"), None)
+
+
+def tuning_trials_problem(runs: pd.DataFrame, sweep_dir: Path, experiment: str) -> str | None:
+    """One sentence if some runs of ``sweep_dir`` are a tuning study's trials: each has values of
+    its own, and reading them as a sweep would average them as seeds."""
+    studies = {i: tuning_study(run) for i, run in runs.iterrows()}
+    trials = [i for i, loss in studies.items() if loss is not None]
+    if not trials:
+        return None
+    loss = studies[trials[0]]
+    return (f"{display_path(sweep_dir)} holds {len(trials)} trial(s) of a tuning study (`+tune={loss}` "
+            f"in their command, e.g. {display_path(runs.at[trials[0], 'run_dir'])}), which are no "
+            f"seeds of a sweep of {experiment}; move the study to "
+            f"outputs/tuning/{experiment}/{loss}/, where the tuned tables read studies, or point "
+            f"--sweep-dir at a sweep of `python train.py -m +experiment={experiment}`.")
 
 
 def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
     """:func:`load_sweep` for a table or figure of ``experiment``, refusing in one sentence a
-    missing sweep, one without a readable record, and one holding runs of another experiment or
-    of none, alone or mixed with the experiment's own (their numbers belong elsewhere)."""
+    missing sweep, one without a readable record, one holding a tuning study's trials
+    (:func:`tuning_trials_problem`), and one holding runs of another experiment or of none,
+    alone or mixed with the experiment's own (their numbers belong elsewhere)."""
     command = f"`python train.py -m +experiment={experiment}`"
     if not Path(sweep_dir).is_dir():
         raise FileNotFoundError(f"no sweep directory {sweep_dir}; run {command} first.")
@@ -149,6 +284,9 @@ def read_sweep(sweep_dir: Path, experiment: str) -> Sweep:
         raise FileNotFoundError(f"no run record (results.json) under {sweep_dir}{broken}; run "
                                 f"{command} first.")
     runs = sweep.runs
+    problem = tuning_trials_problem(runs, sweep_dir, experiment)
+    if problem is not None:
+        raise ConfigError(problem)
     names = objects((None if name is None else str(name) for name in runs["experiment"]),
                     runs.index)
     strangers = runs[names != experiment]
@@ -195,9 +333,13 @@ def selected_by(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
 
 
 def read_history(run_dir) -> pd.DataFrame | None:
-    """A run's ``history.csv``; ``None`` if it is missing, empty or corrupt."""
+    """A run's ``history.csv``; ``None`` if it is missing, empty, corrupt or a link out of its run
+    directory (:func:`inside_run_dir`)."""
+    path = Path(run_dir) / "history.csv"
+    if not inside_run_dir(path):
+        return None
     try:
-        return pd.read_csv(Path(run_dir) / "history.csv")
+        return pd.read_csv(path)
     except (OSError, ValueError):
         return None
 
@@ -214,6 +356,13 @@ def sweep_rank(sweep: Sweep) -> tuple:
 def find_sweeps(roots, experiment: str) -> tuple[list[Sweep], list[str]]:
     """Every readable sweep of ``experiment`` under ``<root>/sweeps/<experiment>/`` of each root,
     best first (:func:`sweep_rank`), and one sentence for each folder that is not one."""
+    sweeps, refusals = sweeps_and_refusals(roots, experiment)
+    return sweeps, [str(error) for error in refusals]
+
+
+def sweeps_and_refusals(roots, experiment: str) -> tuple[list[Sweep], list[Exception]]:
+    """:func:`find_sweeps` with each refusal as raised (``FileNotFoundError``: no record in the
+    folder; ``ConfigError``: records that are no sweep of ``experiment``)."""
     sweeps, refused = [], []
     for root in roots:
         folder = Path(root) / "sweeps" / experiment
@@ -221,13 +370,19 @@ def find_sweeps(roots, experiment: str) -> tuple[list[Sweep], list[str]]:
             try:
                 sweeps.append(read_sweep(path, experiment))
             except (FileNotFoundError, ConfigError) as error:
-                refused.append(str(error))
+                refused.append(error)
     return sorted(sweeps, key=sweep_rank, reverse=True), refused
 
 
 def best_sweep(outputs: Path, experiment: str) -> Sweep:
-    """The best sweep of ``experiment`` under ``<outputs>/sweeps/`` (:func:`sweep_rank`), read."""
-    sweeps, _ = find_sweeps([outputs], experiment)
+    """The best sweep of ``experiment`` under ``<outputs>/sweeps/`` (:func:`sweep_rank`), read;
+    where none can be, the reason the first folder holding records was refused (another
+    experiment's runs, a tuning study's trials)."""
+    sweeps, refused = sweeps_and_refusals([outputs], experiment)
+    held = [str(error) for error in refused if isinstance(error, ConfigError)]
+    if not sweeps and held:
+        others = f" ({len(held) - 1} other folder(s) refused too)" if len(held) > 1 else ""
+        raise ConfigError(held[0].removesuffix(".") + others + ".")
     if not sweeps:
         raise FileNotFoundError(f"no sweep of {experiment} with a run record under "
                                 f"{Path(outputs) / 'sweeps' / experiment}; run "

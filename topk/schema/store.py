@@ -2,7 +2,7 @@
 
 :func:`register` stores each dataclass of :data:`topk.schema.groups.SCHEMAS` as
 ``schema/<group>/<name>``, the name ``conf/<group>/<option>.yaml`` lists first in its defaults,
-and the ``if_null`` resolver ``conf/train.yaml`` uses. Anything that composes ``conf/`` calls it
+and the resolvers ``conf/`` uses (``if_null``, ``if_tuning``). Anything that composes ``conf/`` calls it
 first (``train.py`` on import, :mod:`topk.report.protocol`, the tests).
 
 :func:`command_line_problem` composes the command line's config with Hydra's compose API before
@@ -43,13 +43,23 @@ def if_null(value, default):
     return default if value is None else value
 
 
+def if_tuning(study_folder, sweep_folder, *, _root_):
+    """``${if_tuning:<study folder>,<sweep folder>}`` (``conf/scale/smoke.yaml``'s sweep folder):
+    the study's folder where the config is a tuning study (``+tune=<loss>``, ``conf/tune/``), else
+    the sweep's; so a study's trials keep their own folder whichever of ``+tune`` and ``+scale``
+    comes last, never among an experiment's sweeps."""
+    return study_folder if OmegaConf.select(_root_, "hydra.runtime.choices.tune") else sweep_folder
+
+
 def register() -> None:
-    """Store every schema (again: the store keeps the last) and the ``if_null`` resolver."""
+    """Store every schema (again: the store keeps the last) and the ``if_null`` and ``if_tuning``
+    resolvers."""
     store = ConfigStore.instance()
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
             store.store(group=f"schema/{group}", name=name, node=node, provider="topk")
     OmegaConf.register_new_resolver("if_null", if_null, replace=True)
+    OmegaConf.register_new_resolver("if_tuning", if_tuning, replace=True)
 
 
 def command_line_problem(argv: list[str], config_dir: Path, config_name: str) -> str | None:
