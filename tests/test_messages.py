@@ -45,6 +45,21 @@ def test_a_config_group_set_to_null_lists_its_options_and_writes_nothing(tmp_pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_null_option_among_an_experiments_sweep_values_is_one_sentence(tmp_path):
+    """The null comes from an experiment file's ``hydra.sweeper.params``, not the command line:
+    caught when the sweep's jobs are composed, before any runs (Hydra only warns about an error
+    in a callback and would go on to its own traceback)."""
+    (tmp_path / "conf" / "experiment").mkdir(parents=True)
+    (tmp_path / "conf" / "experiment" / "with_null.yaml").write_text(
+        "# @package _global_\nhydra:\n  sweeper:\n    params:\n      loss: ce,null\n")
+    code, stderr = run_main(["-m", "+experiment=with_null", f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                             f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    assert_one_sentence(code, stderr, 1, r"^Error: job 1 of the sweep \(loss=null .*\): loss=null chooses no option, "
+                                         r"and the config group loss needs one; choose one of cal_hinge, ce, .* "
+                                         r"Nothing was run\.$")
+    assert not (tmp_path / "sweep").exists()
+
+
 @pytest.mark.parametrize("args,pattern", [
     (["trainer.epochs=null"], r"^Error: trainer.epochs must be a whole number of at least 1, got null\.$"),
     (["trainer.ks=[null]"], r"^Error: trainer.ks must be a list of whole numbers of at least 1, e.g. \[1, 5\], "

@@ -28,6 +28,7 @@ from topk.run_dir import (
     unwritable_reason,
 )
 from topk.schema import composition_problem, config_problem
+from topk.schema.check import null_option_problem
 from topk.schema.paths import output_dir_problem
 
 # The sweep directory of the sweep this process launched, and its sweep.lock, for
@@ -283,12 +284,14 @@ def sweep_job_folders(config: DictConfig) -> list[Path]:
     from omegaconf.errors import OmegaConfBaseException
 
     loader = GlobalHydra.instance().config_loader()
+    config_dir = primary_config_dir(config)
     folders: dict[Path, str] = {}
     for number, job in enumerate(sweep_jobs(config)):
         described = f"{number} ({' '.join(job)})"
         try:
-            job_config = loader.load_sweep_config(config, list(job))
-            problem = config_problem(job_config)
+            problem = null_option_problem(list(job), config_dir) if config_dir else None
+            job_config = loader.load_sweep_config(config, list(job)) if problem is None else None
+            problem = problem or config_problem(job_config)
             folder = job_folder(job_config, number) if problem is None else None
         except (HydraException, OmegaConfBaseException) as error:
             problem = composition_problem(error)
@@ -302,6 +305,15 @@ def sweep_job_folders(config: DictConfig) -> list[Path]:
                               "${hydra.job.num}). Nothing was run.")
         folders[folder] = described
     return list(folders)
+
+
+def primary_config_dir(config: DictConfig) -> Path | None:
+    """The folder of the primary config (``conf/``, or ``--config-path``), from Hydra's record of
+    its config sources; ``None`` if it is no folder (a package's configs)."""
+    for source in config.hydra.runtime.get("config_sources") or []:
+        if source.get("provider") == "main" and source.get("schema") == "file":
+            return Path(source.path)
+    return None
 
 
 def job_folder(job_config: DictConfig, number: int) -> Path:
