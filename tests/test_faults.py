@@ -43,14 +43,15 @@ from conftest import CONF, ROOT, run_cli
 QUICK = ["trainer.epochs=2", "trainer.progress=false", "trainer.num_threads=1"]
 
 
-def run_main(args) -> tuple[int, str]:
-    """``python train.py ARGS`` in this process: ``(exit code, stderr)``."""
+def run_main(args, quick: bool = True) -> tuple[int, str]:
+    """``python train.py ARGS`` in this process (with :data:`QUICK` first unless ``quick`` is
+    false): ``(exit code, stderr)``."""
     import train
 
     saved_argv, saved_handlers = sys.argv, {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
     flags = [arg for arg in args if arg.startswith("-")]  # -m before the overrides
     overrides = [arg for arg in args if not arg.startswith("-")]
-    sys.argv = [str(ROOT / "train.py"), "--config-path", str(CONF), *flags, *QUICK, *overrides]
+    sys.argv = [str(ROOT / "train.py"), "--config-path", str(CONF), *flags, *(QUICK if quick else []), *overrides]
     stderr, code = io.StringIO(), 0
     try:
         with contextlib.redirect_stderr(stderr):

@@ -4,10 +4,10 @@ sweep in which one run fails still gives its table, the failure counted."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
+from test_faults import run_main
 
 from conftest import ROOT
 from topk.data.fixtures import write_smoke_data
@@ -38,19 +38,18 @@ def smoke_data(tmp_path_factory):
     return write_smoke_data(tmp_path_factory.mktemp("smoke_data"))
 
 
-def smoke_sweep(experiment, sweep_dir, data_root, overrides):
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", f"+experiment={experiment}", "+scale=smoke",
-         f"data_root={data_root}", f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.n_jobs=1", *overrides],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
-    )
+def smoke_sweep(experiment, sweep_dir, data_root, overrides) -> tuple[int, str]:
+    """``python train.py -m +experiment=... +scale=smoke ...`` in this process (a new process for
+    each would spend more time importing than training): ``(exit code, stderr)``."""
+    return run_main(["-m", f"+experiment={experiment}", "+scale=smoke", f"data_root={data_root}",
+                     f"hydra.sweep.dir={sweep_dir}", "hydra.launcher.n_jobs=1", *overrides], quick=False)
 
 
 @pytest.mark.parametrize("experiment", sorted(FAMILIES))
 def test_one_job_per_family_gives_a_record_and_its_table(tmp_path, smoke_data, experiment):
     sweep_dir = tmp_path / "sweep"
-    result = smoke_sweep(experiment, sweep_dir, smoke_data, FAMILIES[experiment])
-    assert result.returncode == 0, result.stderr[-3000:]
+    code, stderr = smoke_sweep(experiment, sweep_dir, smoke_data, FAMILIES[experiment])
+    assert code == 0, stderr[-3000:]
     records = find_results(sweep_dir)
     assert [record["status"] for record in records] == ["completed"]
     assert records[0]["experiment"] == experiment and records[0]["params"]["trainer.epochs"] == 1
