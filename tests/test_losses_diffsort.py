@@ -20,9 +20,11 @@ import torch.nn.functional as F
 from helpers import mixup_target, value_and_grad
 from topk.functional.sorting import (
     DISTRIBUTIONS,
+    DYNAMO_CONSTANT,
     NETWORKS,
     SORTERS,
     bitonic_layers,
+    layer_permutations,
     network_wiring,
     odd_even_layers,
     relaxed_topk,
@@ -217,6 +219,16 @@ def test_steep_sorters_select_the_exact_top_k(sorter, n):
     k = min(n, 5)
     relaxed = relaxed_topk(scores, k, sorter, 1e4, "logistic")
     close(relaxed, F.one_hot(scores.topk(k).indices, n).double(), 1e-8)
+
+
+def test_the_network_wiring_is_marked_as_assume_constant_result_marks_a_function():
+    """layer_permutations is marked a constant of torch.compile by hand (the decorator imports
+    torch._dynamo, 1.1 s): the mark must stay the one the decorator sets."""
+    def probe():
+        return 0
+
+    assert vars(torch.compiler.assume_constant_result(probe)) == {DYNAMO_CONSTANT: True}
+    assert getattr(layer_permutations, DYNAMO_CONSTANT) is True
 
 
 def test_networks_are_built_once_per_size_and_device():

@@ -45,8 +45,17 @@ def test_the_losses_need_only_torch_and_numpy():
     """``pip install topk`` (no extra) gives torch and numpy: importing the losses and metrics
     must not reach for the training stack (Hydra, OmegaConf, pandas, torchvision, matplotlib)."""
     code = ("import sys, topk; from topk import SmoothTopKSVM, NoisedTopKHingeLoss, topk_accuracies; "
-            "print(sorted({'hydra', 'omegaconf', 'pandas', 'torchvision', 'matplotlib', 'tensorboard'} "
-            "& set(sys.modules)))")
+            "print(sorted({'hydra', 'omegaconf', 'pandas', 'torchvision', 'matplotlib', 'tensorboard', "
+            "'torch._dynamo'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_train_py_starts_without_torchvision_and_torch_compile():
+    """Both take 1.4 s to import, at every start of train.py and of each of its worker processes:
+    only image data, image models and torch.compile import them."""
+    code = "import sys, train; print(sorted({'torchvision', 'torch._dynamo'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

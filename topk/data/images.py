@@ -33,7 +33,6 @@ from pathlib import Path
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
-from torchvision.transforms import v2
 from tqdm import tqdm
 
 from topk.data.batches import epoch_seed
@@ -105,6 +104,9 @@ class ImageFileSplits(DataSplits):
                         ten_crop: bool | None = None):
         """The per-image (worker-side) transform of the training or evaluation images; evaluation
         images are ten crops where ``ten_crop`` (default: ``self.ten_crop``), else a centre crop."""
+        # imported here, for image data only: with the torch._dynamo it imports, 1.4 s at each start
+        from torchvision.transforms import v2
+
         ten_crop = self.ten_crop if ten_crop is None else ten_crop
         if training and random_crop and self.train_crop == "random_resized":
             steps = [v2.RandomResizedCrop(self.image_size, antialias=True)]
@@ -302,6 +304,8 @@ class ImageBatches:
         self.device = torch.device(device)
         self.sampler = EpochSampler(len(split), shuffle, seed, distributed, pad)
         self.device_transform = device_transform
+        from torchvision.transforms import v2  # see ImageFileSplits.image_transform
+
         self.loader = DataLoader(
             ImageFileDataset(split, image_transform or v2.PILToTensor()),
             batch_size=local_batch_size(batch_size, distributed),

@@ -172,12 +172,20 @@ def wired_ranks(sorter: str, n: int, k: int) -> int:
     return k if sorter == "splitter_selection" else n
 
 
-@torch.compiler.assume_constant_result  # called, not traced, by torch.compile
 def layer_permutations(sorter: str, n: int, ranks: int) -> tuple[tuple[tuple[int, ...], tuple[int, ...], int], ...]:
     """Each layer of :func:`network_layers` as ``(order, inverse, pairs)``: ``order`` lists the
     layer's ``pairs`` lo wires, then their hi wires, then the untouched wires; ``inverse`` puts
-    them back in wire order. Built once per ``(sorter, n, ranks)``."""
+    them back in wire order. Built once per ``(sorter, n, ranks)``; called, not traced, by
+    ``torch.compile`` (:data:`DYNAMO_CONSTANT`)."""
     return _layer_permutations(sorter, n, ranks)
+
+
+# What ``torch.compiler.assume_constant_result`` does to a function (it sets this attribute), done
+# without it: the decorator imports torch._dynamo, 1.1 s of the 3.1 s ``import train`` takes here,
+# at every start of train.py and of each of its worker processes (python -X importtime).
+# tests/test_losses_diffsort.py checks that the decorator still sets exactly this.
+DYNAMO_CONSTANT = "_dynamo_marked_constant"
+setattr(layer_permutations, DYNAMO_CONSTANT, True)
 
 
 @functools.cache
