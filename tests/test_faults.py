@@ -46,12 +46,17 @@ QUICK = ["trainer.epochs=2", "trainer.progress=false", "trainer.num_threads=1"]
 def run_main(args, quick: bool = True) -> tuple[int, str]:
     """``python train.py ARGS`` in this process (with :data:`QUICK` first unless ``quick`` is
     false): ``(exit code, stderr)``."""
+    flags = [arg for arg in args if arg.startswith("-")]  # -m before the overrides
+    overrides = [arg for arg in args if not arg.startswith("-")]
+    return run_as_typed(["--config-path", str(CONF), *flags, *(QUICK if quick else []), *overrides])
+
+
+def run_as_typed(args) -> tuple[int, str]:
+    """``python train.py ARGS`` in this process, nothing added: ``(exit code, stderr)``."""
     import train
 
     saved_argv, saved_handlers = sys.argv, {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
-    flags = [arg for arg in args if arg.startswith("-")]  # -m before the overrides
-    overrides = [arg for arg in args if not arg.startswith("-")]
-    sys.argv = [str(ROOT / "train.py"), "--config-path", str(CONF), *flags, *(QUICK if quick else []), *overrides]
+    sys.argv = [str(ROOT / "train.py"), *args]
     stderr, code = io.StringIO(), 0
     try:
         with contextlib.redirect_stderr(stderr):

@@ -19,41 +19,18 @@ import json
 import pathlib
 import pickle
 import shutil
-import signal
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from hydra.core.global_hydra import GlobalHydra
 from hydra.utils import instantiate
 from omegaconf import OmegaConf
-from test_faults import assert_one_sentence, run_main, snapshot
+from test_faults import assert_one_sentence, run_as_typed, run_main, snapshot
 
 from conftest import CONF, ROOT, run_cli
 from topk.schema.store import offered, search_path
 from topk.schema.targets import Offered, first_outside, offers_of
-
-
-def cli(args) -> tuple[int, str]:
-    """``python train.py ARGS`` in this process, as typed (no settings added): ``(exit code, stderr)``."""
-    import train
-
-    saved_argv, handlers = sys.argv, {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
-    sys.argv = [str(ROOT / "train.py"), *args]
-    stderr, code = io.StringIO(), 0
-    try:
-        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-            train.cli()
-    except SystemExit as stop:
-        code = stop.code if isinstance(stop.code, int) else 1
-    finally:
-        sys.argv = saved_argv
-        for number, handler in handlers.items():
-            signal.signal(number, handler)
-        GlobalHydra.instance().clear()
-    return code, stderr.getvalue()
 
 
 @pytest.fixture(scope="module")
@@ -138,7 +115,7 @@ def test_a_hostile_run_config_runs_nothing_and_is_one_sentence(run, tmp_path, ca
     edit_config(run, change)
     before = snapshot(run)
     if entry == "train.py +eval":
-        code, stderr = cli([f"+eval={run}"])
+        code, stderr = run_as_typed([f"+eval={run}"])
     else:
         code, stderr = evaluate_main([str(run)])
     sentence = assert_one_sentence(code, stderr, 1, r"config.yaml names \S+ in \S+, a callable no config file of "
@@ -197,7 +174,7 @@ def test_a_callable_on_the_command_line_says_how_to_add_an_option_file(tmp_path,
 
 def test_a_callable_in_an_eval_override_is_one_sentence(run):
     before = snapshot(run)
-    code, stderr = cli([f"+eval={run}", "loss._target_=os.getcwd"])
+    code, stderr = run_as_typed([f"+eval={run}", "loss._target_=os.getcwd"])
     assert_one_sentence(code, stderr, 1, r"^Error: loss._target_=os.getcwd names a callable .* DIR/loss/mine.yaml")
     assert snapshot(run) == before
 
@@ -212,10 +189,10 @@ def test_a_users_own_option_file_in_an_added_folder_still_works(tmp_path):
     searchpath, run_dir = f"hydra.searchpath=[file://{folder}]", tmp_path / "run"
     code, stderr = run_main([searchpath, "loss=multi_margin", f"hydra.run.dir={run_dir}"])
     assert code == 0, stderr
-    code, stderr = cli([f"+eval={run_dir}"])  # without the folder: refused, and told to give it
+    code, stderr = run_as_typed([f"+eval={run_dir}"])  # without the folder: refused, and told to give it
     assert_one_sentence(code, stderr, 1, r"names torch.nn.MultiMarginLoss in loss._target_, .* "
                         r"give their folder with hydra.searchpath=\[file://DIR\]\.$")
-    code, stderr = cli([f"+eval={run_dir}", searchpath])
+    code, stderr = run_as_typed([f"+eval={run_dir}", searchpath])
     assert code == 0, stderr
     assert json.loads((run_dir / "eval.json").read_text())["test"]["top1"] >= 0
 
@@ -280,7 +257,7 @@ def invalid_yaml(run_dir: Path) -> None:
 def test_a_damaged_or_foreign_config_is_one_sentence(run, damage, pattern):
     damage(run)
     before = snapshot(run)
-    code, stderr = cli([f"+eval={run}"])
+    code, stderr = run_as_typed([f"+eval={run}"])
     assert_one_sentence(code, stderr, 1, pattern)
     assert snapshot(run) == before
 
@@ -288,25 +265,25 @@ def test_a_damaged_or_foreign_config_is_one_sentence(run, damage, pattern):
 def test_an_older_versions_config_is_brought_up_to_date(run):
     """Keys renamed or added since (``topk.run_dir.RENAMED_KEYS``, ``ADDED_KEYS``) are read as now."""
     edit_config(run, lambda c: (c["loss"].update(class_weights=c["loss"].pop("weight")), c["trainer"].pop("also_select_on")))
-    code, stderr = cli([f"+eval={run}", f"+eval_out={run / 'old.json'}"])
+    code, stderr = run_as_typed([f"+eval={run}", f"+eval_out={run / 'old.json'}"])
     assert code == 0, stderr
     assert json.loads((run / "old.json").read_text())["test"] == json.loads((run / "results.json").read_text())["test"]
 
 
 def test_a_key_the_schema_lacks_is_refused_on_the_eval_command_line(run):
-    code, stderr = cli([f"+eval={run}", "trainer.epoch=3"])
+    code, stderr = run_as_typed([f"+eval={run}", "trainer.epoch=3"])
     assert_one_sentence(code, stderr, 1, r"^Error: trainer.epoch is not a setting; did you mean trainer.epochs\?")
     assert not (run / "eval.json").exists()
 
 
 def test_an_unusable_best_pt_points_to_last_pt_not_to_training_from_scratch(run):
     (run / "checkpoints" / "best.pt").write_bytes(b"not a checkpoint")
-    code, stderr = cli([f"+eval={run}"])
+    code, stderr = run_as_typed([f"+eval={run}"])
     sentence = assert_one_sentence(code, stderr, 1, r"best.pt cannot be read \(UnpicklingError\), so it cannot be "
                                    r"evaluated; evaluate last.pt with --checkpoint last \(\+eval_checkpoint=last with train.py\)\.$")
     assert "scratch" not in sentence
     (run / "checkpoints" / "last.pt").unlink()
-    code, stderr = cli([f"+eval={run}"])
+    code, stderr = run_as_typed([f"+eval={run}"])
     assert_one_sentence(code, stderr, 1, r"the run has no last.pt either, so train it again to evaluate it\.$")
 
 
@@ -314,13 +291,13 @@ def test_a_run_without_checkpoints_says_neither_exists(run):
     shutil.rmtree(run / "checkpoints")
     (run / "checkpoints").mkdir()
     for which in ("best", "last"):
-        code, stderr = cli([f"+eval={run}", f"+eval_checkpoint={which}"])
+        code, stderr = run_as_typed([f"+eval={run}", f"+eval_checkpoint={which}"])
         sentence = assert_one_sentence(code, stderr, 1, r"checkpoints holds neither best.pt nor last.pt .* no saved model to evaluate")
         assert "--checkpoint" not in sentence
 
 
 def test_a_missing_output_folder_is_one_sentence_before_evaluating(run, tmp_path):
-    code, stderr = cli([f"+eval={run}", f"+eval_out={tmp_path / 'no' / 'eval.json'}"])
+    code, stderr = run_as_typed([f"+eval={run}", f"+eval_out={tmp_path / 'no' / 'eval.json'}"])
     assert_one_sentence(code, stderr, 1, r"^Error: the folder \S+/no does not exist; create it, or write elsewhere "
                         r"with --out PATH \(\+eval_out=PATH with train.py\)\.$")
     assert not (tmp_path / "no").exists()
@@ -331,7 +308,7 @@ def test_a_folder_that_cannot_be_written_is_one_sentence_before_evaluating(run):
 
     if unwritable_reason(Path("/sys")) is None:
         pytest.skip("/sys can be written here")
-    code, stderr = cli([f"+eval={run}", "+eval_out=/sys/eval.json"])
+    code, stderr = run_as_typed([f"+eval={run}", "+eval_out=/sys/eval.json"])
     sentence = assert_one_sentence(code, stderr, 1, r"^Error: /sys/eval.json cannot be written in /sys \(.+\); write elsewhere")
     assert "Errno" not in sentence
 
@@ -348,12 +325,12 @@ def test_a_full_disk_leaves_no_eval_json_and_the_retry_works(run, monkeypatch):
 
     before = snapshot(run)
     monkeypatch.setattr(pathlib.Path, "write_text", fills_up)
-    code, stderr = cli([f"+eval={run}"])
+    code, stderr = run_as_typed([f"+eval={run}"])
     monkeypatch.undo()
     sentence = assert_one_sentence(code, stderr, 1, r"^Error: no space is left on the device holding \S+; free some and "
                                    r"evaluate again \(nothing was written\)\.$")
     assert "Errno" not in sentence and snapshot(run) == before  # no eval.json, no temporary file
-    assert cli([f"+eval={run}"])[0] == 0 and (run / "eval.json").exists()
+    assert run_as_typed([f"+eval={run}"])[0] == 0 and (run / "eval.json").exists()
 
 
 def test_a_cifar100_file_that_carries_code_is_refused_before_it_runs(tmp_path):
