@@ -6,6 +6,7 @@ import re
 
 import pandas as pd
 import pytest
+from test_faults import run_main
 
 from conftest import ROOT, run_cli
 from topk.errors import ConfigError
@@ -81,11 +82,10 @@ def test_sweep_with_a_failing_run_still_makes_the_figure(tmp_path):
     assert (out / "s20_exp1.png").exists()
     # The same sweep command with trainer.resume=true picks every run up in its own directory.
     before = {record["run_dir"]: record for record in find_results(sweep_dir)}
-    again = run_cli([
-        "-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,1e308",
-        "loss=ce", "seed=0", f"hydra.sweep.dir={sweep_dir}", "trainer.resume=true",
-    ])
-    assert "resumed from" in again.stdout + again.stderr
+    code, _ = run_main(["-m", "+experiment=s20_exp1", "trainer.epochs=2", "dataset.sigma=10,1e308", "loss=ce",
+                        "seed=0", f"hydra.sweep.dir={sweep_dir}", "trainer.resume=true",
+                        "hydra.launcher.n_jobs=1"], quick=False)  # in this process, one job after the other
+    assert code == 1 and "resumed from" in (sweep_dir / "0" / "train.log").read_text()
     after = {record["run_dir"]: record for record in find_results(sweep_dir)}
     assert after.keys() == before.keys()
     for run_dir, record in after.items():

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_faults import run_main
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
 from topk import paper_results
 from topk.records import EMPTY_PROVENANCE, write_history, write_results
 from topk.report.page import ITEMS, STATUS, build_page
@@ -455,8 +456,8 @@ def test_a_sweep_resumed_with_a_widened_grid_counts_its_rerun_job_once(tmp_path,
     data, sweep = write_smoke_data(tmp_path / "data"), tmp_path / "sweep"
     common = ["-m", "+experiment=g22_epsilon", "+scale=smoke", f"data_root={data}", f"hydra.sweep.dir={sweep}",
               "hydra.launcher.n_jobs=1"]
-    assert run_cli([*common, "loss.epsilon=0.0,1.0"]).returncode == 0
-    run_cli([*common, "loss.epsilon=0.0,0.5,1.0", "trainer.resume=true"])
+    assert run_main([*common, "loss.epsilon=0.0,1.0"], quick=False)[0] == 0
+    run_main([*common, "loss.epsilon=0.0,0.5,1.0", "trainer.resume=true"], quick=False)
     epsilons = {job: json.loads((sweep / job / "results.json").read_text())["params"]["loss.epsilon"]
                 for job in ("0", "1", "2")}
     assert epsilons == {"0": 0.0, "1": 1.0, "2": 1.0}
