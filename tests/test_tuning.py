@@ -12,6 +12,7 @@ import sys
 import pandas as pd
 import pytest
 import yaml
+from test_faults import run_main
 
 from conftest import CONF, ROOT, compose_config, run_cli
 from topk.data.fixtures import write_smoke_data
@@ -132,14 +133,15 @@ def test_no_study_at_all_is_one_sentence(tmp_path):
         build_table("zoo_plantnet_tuned", outputs=tmp_path)
 
 
-def test_a_tuned_zoo_at_smoke_scale_runs_every_trial_and_gives_its_table(tmp_path):
+def test_a_tuned_zoo_at_smoke_scale_runs_every_trial_and_gives_its_table(tmp_path, monkeypatch):
     data = write_smoke_data(tmp_path / "data")
     tuning = tmp_path / "tuning"
+    monkeypatch.setenv("TOPK_TUNE_TRIALS", "2")
     for loss in ("smooth_svm", "ce"):
-        result = run_cli(["-m", "+experiment=zoo_cifar100", "+scale=smoke", f"data_root={data}", f"+tune={loss}",
-                          f"hydra.sweep.dir={tuning / loss / '2026-11-26_00-00-00'}", "hydra.launcher.n_jobs=1"],
-                         env_extra={"TOPK_TUNE_TRIALS": "2"})
-        assert result.returncode == 0, result.stderr[-3000:]
+        code, stderr = run_main(["-m", "+experiment=zoo_cifar100", "+scale=smoke", f"data_root={data}", f"+tune={loss}",
+                                 f"hydra.sweep.dir={tuning / loss / '2026-11-26_00-00-00'}", "hydra.launcher.n_jobs=1"],
+                                quick=False)
+        assert code == 0, stderr[-3000:]
     records = [json.loads((tuning / "smooth_svm" / "2026-11-26_00-00-00" / str(job) / "results.json").read_text())
                for job in range(2)]
     assert len({record["params"]["loss.tau"] for record in records}) == 2
@@ -187,7 +189,7 @@ def test_a_study_stops_when_its_trials_fail_alike_or_none_completes():
     assert stop_reason([failed] * 3, [diverged] * 3, 3) == "no trial of the study completed, so it has no best trial"
 
 
-def test_a_study_that_cannot_run_stops_early_in_one_sentence(tmp_path):
+def test_a_study_that_cannot_run_stops_early_in_one_sentence(tmp_path, monkeypatch):
     """Issue 35: with its data missing, every trial of an Optuna study failed alike, and the study
     ran all 20 before ending in Optuna's "No trials are completed yet" traceback. It stops after
     two, with the basic sweeper's summary; the data folder is left as it was."""
@@ -196,11 +198,12 @@ def test_a_study_that_cannot_run_stops_early_in_one_sentence(tmp_path):
     (data / "README").write_text("CIFAR-100 goes here\n")
     before = (data / "README").read_bytes()
     study = tmp_path / "study"
-    result = run_cli(["-m", "+experiment=zoo_cifar100", "+tune=smooth_svm", "+scale=smoke", f"data_root={data}",
-                      f"hydra.sweep.dir={study}"], env_extra={"TOPK_TUNE_TRIALS": "20"})
-    assert result.returncode == 1, result.stderr[-3000:]
-    assert "Traceback" not in result.stderr + result.stdout and "No trials are completed" not in result.stderr
-    lines = result.stderr.strip().splitlines()
+    monkeypatch.setenv("TOPK_TUNE_TRIALS", "20")
+    code, stderr = run_main(["-m", "+experiment=zoo_cifar100", "+tune=smooth_svm", "+scale=smoke", f"data_root={data}",
+                             f"hydra.sweep.dir={study}", "hydra.launcher.n_jobs=1"], quick=False)
+    assert code == 1, stderr[-3000:]
+    assert "Traceback" not in stderr and "No trials are completed" not in stderr
+    lines = stderr.strip().splitlines()
     assert lines[-2:] == [f"Sweep {study}: 2 failed.",
                           "Error: 2 runs of the sweep failed; their results.json and train.log say why; every "
                           "trial failed with the same error, whatever its values, so the study stopped after 2 "
