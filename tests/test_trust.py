@@ -160,6 +160,8 @@ def test_a_yaml_tag_that_builds_an_object_is_refused(run, tmp_path):
     (["-m", "loss._target_=torch.nn.CrossEntropyLoss,os.getcwd"], "loss._target_=os.getcwd"),
     (["+hydra.callbacks.spy._target_=os.getcwd"], "hydra.callbacks.spy._target_=os.getcwd"),
     (["+hydra.job_logging.handlers.spy.class=subprocess.call"], "hydra.job_logging.handlers.spy.class=subprocess.call"),
+    (["-m", "+tune=smooth_svm", "hydra.sweeper.custom_search_space=shutil.rmtree"],
+     "hydra.sweeper.custom_search_space=shutil.rmtree"),
 ])
 def test_a_callable_on_the_command_line_says_how_to_add_an_option_file(tmp_path, args, key):
     code, stderr = run_main([*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"])

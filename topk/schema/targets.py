@@ -6,8 +6,8 @@ directory's ``.hydra/config.yaml``, a value typed on the command line) may only 
 that some config file of the search path names: ``conf/``, a folder the user adds with
 ``hydra.searchpath=[file://DIR]`` (a user's own option files keep working), and Hydra's own and
 its plugins' configs (launchers, sweepers). Hydra's logging configs name callables too, in the
-``class`` and ``()`` keys of ``hydra.job_logging`` and ``hydra.hydra_logging``: they are held to
-the same list. :class:`Offered` is that list (and, for each callable an option file names, the
+``class`` and ``()`` keys of ``hydra.job_logging`` and ``hydra.hydra_logging``, and the Optuna
+sweeper in ``hydra.sweeper.custom_search_space``: they are held to the same list. :class:`Offered` is that list (and, for each callable an option file names, the
 schema the file composes onto); :func:`first_outside` finds the first callable of a config
 outside it, at any depth, in mappings and lists alike.
 
@@ -29,6 +29,7 @@ from topk.schema.groups import SCHEMAS
 TARGET = "_target_"
 LOGGING_NODES = ("hydra.job_logging", "hydra.hydra_logging")  # handed to logging.config.dictConfig
 LOGGING_CALLABLES = ("class", "()")  # the keys dictConfig calls in them
+SWEEPER_CALLABLE = "custom_search_space"  # a function Hydra's Optuna sweeper imports and calls
 YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it: 10x faster
 
 
@@ -63,7 +64,8 @@ def named_callables(config: Any) -> Iterator[tuple[str, Any]]:
     at any depth, and ``class`` and ``()`` inside Hydra's logging configs."""
     for path, key, value in entries(config):
         in_logging = any(path == node or path.startswith(f"{node}.") for node in LOGGING_NODES)
-        if key == TARGET or (in_logging and key in LOGGING_CALLABLES):
+        in_sweeper = path == "hydra.sweeper" and key == SWEEPER_CALLABLE and value is not None
+        if key == TARGET or (in_logging and key in LOGGING_CALLABLES) or in_sweeper:
             yield f"{path}.{key}" if path else key, value
 
 
@@ -80,7 +82,7 @@ def offers_of(config: Any) -> Offered:
     """What one config file offers: every literal callable it names (an interpolation or a
     missing value names none), and the schema of the callable an option file composes onto."""
     targets = {value for _, key, value in entries(config)
-               if key in (TARGET, *LOGGING_CALLABLES) and _literal(value)}
+               if key in (TARGET, *LOGGING_CALLABLES, SWEEPER_CALLABLE) and _literal(value)}
     return Offered(frozenset(targets), dict(_schema_pairs(config)))
 
 
