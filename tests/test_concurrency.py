@@ -109,13 +109,14 @@ def test_two_resumes_of_one_run_at_once_never_mix(tmp_path):
     assert run_main([f"hydra.run.dir={run_dir}"])[0] == 0
     first = start([f"hydra.run.dir={run_dir}", "trainer.resume=true", *LONG])
     try:
-        wait_for(lambda: running_record(run_dir))
+        config = run_dir / ".hydra" / "config.yaml"
+        wait_for(lambda: running_record(run_dir) and "epochs: 100000" in config.read_text())
         os.kill(first.pid, signal.SIGSTOP)
         before = snapshot(run_dir)
         code, stderr = run_main([f"hydra.run.dir={run_dir}", "trainer.resume=true", "trainer.epochs=5"])
         assert_one_sentence(code, stderr, 1, rf"holds a run that is still training \(pid {first.pid} ")
         assert snapshot(run_dir) == before
-        assert "epochs: 100000" in (run_dir / ".hydra" / "config.yaml").read_text()
+        assert "epochs: 100000" in config.read_text()  # the training resume's, not the refused one's
     finally:
         stop(first)
 
