@@ -1,0 +1,30 @@
+"""scripts/bench_startup.py: each command timed in turn, its ratio to `import torch` and the target."""
+
+from __future__ import annotations
+
+import sys
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import bench_startup  # noqa: E402
+
+
+def test_commands_take_turns_and_each_run_has_its_own_directory(tmp_path):
+    ran = []
+    seconds = bench_startup.time_commands(bench_startup.commands(tmp_path), 2, run=ran.append)
+    assert [argv[-1] for argv in ran[:4]] == ["import torch", "import topk", "--help", f"hydra.run.dir={tmp_path / 'run0'}"]
+    assert ran[7][-1] == f"hydra.run.dir={tmp_path / 'run1'}"
+    assert all(len(times) == 2 for times in seconds.values())
+
+
+def test_rows_give_each_command_its_ratio_to_import_torch_and_say_whether_it_meets_its_target():
+    seconds = {"import torch": [2.0, 1.0, 3.0], "import topk": [2.1, 2.0, 2.4], "train.py --help": [3.2, 3.0, 3.1],
+               "1-epoch default run": [4.0, 3.9, 4.1]}
+    rows = {row["command"]: row for row in bench_startup.startup_rows(seconds)}
+    assert rows["import torch"]["ratio"] == 1.0 and rows["import torch"]["met"] is None
+    assert (rows["import topk"]["ratio"], rows["import topk"]["met"]) == (1.05, True)
+    assert (rows["train.py --help"]["ratio"], rows["train.py --help"]["met"]) == (1.55, False)
+    assert (rows["1-epoch default run"]["ratio"], rows["1-epoch default run"]["met"]) == (2.0, True)
+    table = bench_startup.markdown(list(rows.values()), 3)
+    assert "| train.py --help | 3.10 | 1.55 | ≤ 1.5× | no |" in table
