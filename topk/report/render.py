@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from topk.run_dir import unwritable_reason
+
 _LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
           "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
           "±": r"$\pm$", "−": "$-$", "–": "--", "✓": r"\checkmark{}", "✗": r"$\times$",
@@ -74,18 +76,12 @@ def folder_problem(folder: Path) -> str | None:
     if folder.exists() and not folder.is_dir():
         return "it is a file, not a folder"
     missing = [path for path in (folder, *folder.parents) if not path.exists()]  # deepest first
-    probe = folder / ".write_test"
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as error:
-        return error.strerror or type(error).__name__
+        return unwritable_reason(folder)
     finally:
         for path in missing:
             with contextlib.suppress(OSError):  # not made, or no longer empty
                 path.rmdir()
-    return None
 
 
 def out_problem(folder: Path, what: str) -> str | None:
