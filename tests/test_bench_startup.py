@@ -1,13 +1,8 @@
-"""scripts/bench_startup.py: each command timed in turn, its ratio to `import torch` and the target."""
+"""scripts/bench_startup.py (topk.bench.startup): each command timed in turn, its ratio to `import torch` and the target."""
 
 from __future__ import annotations
 
-import sys
-
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import bench_startup  # noqa: E402
+from topk.bench import startup as bench_startup
 
 
 def test_commands_take_turns_and_each_run_has_its_own_directory(tmp_path):

@@ -1,50 +1,44 @@
-"""``make bench`` and ``make bench-train`` (``scripts/bench_train.py``) end to end at a tiny size
+"""``make bench`` and ``make bench-train`` (:mod:`topk.bench.train`) end to end at a tiny size
 (no timing is asserted: the machines are shared; the numbers are the benchmark's, in
 outputs/bench/{sweeps,train}.md)."""
 
 from __future__ import annotations
 
-import runpy
-
-import pytest
 import torch
 from hydra.core.global_hydra import GlobalHydra
 
 from conftest import ROOT
-
-SCRIPTS = ROOT / "scripts"
-
-
-@pytest.fixture(scope="module")
-def bench_train():
-    """The script's functions (run as a module named ``bench_train``, not as ``__main__``)."""
-    return runpy.run_path(str(SCRIPTS / "bench_train.py"), run_name="bench_train")
+from topk.bench import train as bench_train
 
 
-def test_engine_and_bare_loop_are_timed_on_the_same_densenet_epochs(bench_train):
-    row = bench_train["compare"](*bench_train["densenet_setting"](32), batch_size=16, epochs=2)
+def test_engine_and_bare_loop_are_timed_on_the_same_densenet_epochs():
+    row = bench_train.compare(*bench_train.densenet_setting(32), batch_size=16, epochs=2)
     assert row["epochs_timed"] == 2 and row["train_images"] == 32
     for key in ("bare_images_per_s", "engine_images_per_s", "ratio", "ratio_whole_run"):
         assert row[key] > 0
-    text = bench_train["densenet_markdown"]([row], threads=2)
+    text = bench_train.densenet_markdown([row], threads=2)
     assert "| random CIFAR-shaped images, DenseNet 40-12 | 16 |" in text and "Target:" in text
 
 
-def test_sweeps_baseline_is_the_same_bare_loop(bench_train):
+def test_sweeps_baseline_is_the_same_bare_loop():
     threads = torch.get_num_threads()
     GlobalHydra.instance().clear()
     try:
-        seconds = bench_train["bare_seconds_per_run"]("s20_exp1", 1)  # one thread, as the sweeps' jobs
+        seconds = bench_train.bare_seconds_per_run("s20_exp1", 1)  # one thread, as the sweeps' jobs
     finally:
         torch.set_num_threads(threads)
     assert seconds > 0
     result = {"completed": 150, "runs": 150, "seconds": 100.0, "wall_seconds_per_run": 0.67,
               "bare_seconds_per_run": seconds, "overhead_factor": 1.34 / seconds}
-    text = bench_train["sweeps_markdown"]({"s20_exp1": result}, 100.0)
+    text = bench_train.sweeps_markdown({"s20_exp1": result}, 100.0)
     assert "| s20_exp1 | 150/150 | 100.0 | 0.67 |" in text and "| total | | 100.0 (target 600) |" in text
 
 
-def test_bench_scripts_use_the_installed_package():
-    """``make install`` installs ``topk`` (``pip install -e .``): no script edits ``sys.path``."""
-    for path in sorted(SCRIPTS.glob("bench_*.py")):
+def test_bench_scripts_are_thin_and_use_the_installed_package():
+    """``make install`` installs ``topk`` (``pip install -e .``): no benchmark edits ``sys.path``,
+    and each script only calls its module's ``main`` (the logic is in ``topk.bench``)."""
+    scripts = sorted((ROOT / "scripts").glob("bench_*.py")) + [ROOT / "scripts" / "gpu_sync_check.py"]
+    for path in scripts + sorted((ROOT / "topk" / "bench").glob("*.py")):
         assert "sys.path" not in path.read_text(), path
+    for path in scripts:
+        assert "from topk.bench." in path.read_text() and len(path.read_text().splitlines()) <= 12, path

@@ -1,0 +1,356 @@
+"""Training images per second delivered by the data pipelines on this machine.
+
+    python scripts/bench_data.py              # or: make bench-data
+    python scripts/bench_data.py --quick      # a tiny run, to check that it works
+
+CIFAR-shaped data (random uint8 [N, 3, 32, 32], labels 0..99; N = 50,000 by default): the
+batched pipeline of training (``TensorBatches`` with ``Compose(RandomCropFlip(4, True),
+Normalize(CIFAR100_MEAN, CIFAR100_STD), Cutout(8))``, batch 128, shuffled) against the classic
+per-image pipeline (:class:`topk.data.reference.PerImageCifar` in a ``DataLoader``, batch 128,
+shuffled, 2 worker processes, and 0 for reference). The batched path also runs with one torch
+thread, to show what it gains from intra-op threads. The ratio reported is images/s of each
+pipeline over the per-image pipeline with 2 workers; the issue's target is at least 5× for the
+batched pipeline.
+
+ImageFolder JPEG decoding: a temporary ImageFolder tree of JPEG files (10 classes × 100 images
+of 256×256 by default; smooth random colour fields with a little noise, so the files have
+photo-like sizes rather than the size of pure noise) read by ``torchvision.datasets.ImageFolder``
+with the usual ImageNet training transform (``RandomResizedCrop(224)``,
+``RandomHorizontalFlip()``, ``PILToTensor()``) through a ``DataLoader`` with 0 and 2 workers;
+the ratio is over 0 workers.
+
+Method: every pipeline first runs one full warm-up epoch (worker start-up, caches), then
+``--epochs`` timed full epochs; the pipelines take turns epoch by epoch, so all see the same
+machine load, and the table gives the median over epochs of images/s (and the best epoch).
+The output also says how much CPU other processes took during the run (from ``/proc/stat``):
+on a shared machine, rerun when that is not near zero. ``DataLoader`` workers
+are persistent, so the timed epochs exclude their start-up (in a real run it is paid every epoch
+unless ``persistent_workers=True``). Only data delivery is timed: no model consumes the batches,
+so worker processes here have the cores to themselves, which they would share with training.
+The main process uses ``--threads`` torch threads (default: the cores available to it); workers
+use one each (``DataLoader``'s default). Writes ``outputs/bench/data.json`` and
+``outputs/bench/data.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torchvision
+from PIL import Image
+from torch.utils.data import DataLoader
+from torchvision import transforms
+
+from topk.bench.common import BENCH_OUT, available_cores, parser, write_outputs
+from topk.data.batches import TensorBatches
+from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD
+from topk.data.reference import PerImageCifar, per_image_transform
+from topk.data.splits import TensorSplit
+from topk.data.transforms import Compose, Cutout, Normalize, RandomCropFlip
+
+TARGET_RATIO = 5.0
+
+
+@dataclass
+class Pipeline:
+    """One way of delivering training batches, and the epochs timed on it."""
+
+    benchmark: str
+    name: str
+    workers: int
+    threads: int
+    batches: object  # an iterable of (inputs, labels), re-iterable once per epoch
+    is_reference: bool = False
+    epoch_images: list[int] = field(default_factory=list)
+    epoch_seconds: list[float] = field(default_factory=list)
+
+    def run_epoch(self, epoch: int) -> tuple[int, float]:
+        """Draw every batch of one epoch; returns (images, seconds)."""
+        if hasattr(self.batches, "set_epoch"):
+            self.batches.set_epoch(epoch)
+        torch.set_num_threads(self.threads)
+        images = 0
+        started = time.perf_counter()
+        for _, labels in self.batches:
+            images += len(labels)
+        return images, time.perf_counter() - started
+
+    @property
+    def epoch_rates(self) -> list[float]:
+        return [n / s for n, s in zip(self.epoch_images, self.epoch_seconds)]
+
+    @property
+    def images_per_second(self) -> float:
+        return statistics.median(self.epoch_rates)
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds that all processes of the machine have spent busy since boot (Linux's
+    ``/proc/stat``), or ``None`` elsewhere."""
+    stat = Path("/proc/stat")
+    if not stat.exists():
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = stat.read_text().split()[1:8]
+    ticks = sum(int(value) for value in (user, nice, system, irq, softirq))
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and of its children that have ended (the workers)."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def cifar_like_split(count: int, seed: int = 0) -> TensorSplit:
+    generator = torch.Generator().manual_seed(seed)
+    images = torch.randint(0, 256, (count, 3, 32, 32), generator=generator, dtype=torch.uint8)
+    labels = torch.randint(0, 100, (count,), generator=generator)
+    return TensorSplit(images, labels)
+
+
+def cifar_pipelines(count: int, batch_size: int, threads: int) -> list[Pipeline]:
+    split = cifar_like_split(count)
+    batched_transform = Compose(
+        RandomCropFlip(4, True), Normalize(CIFAR100_MEAN, CIFAR100_STD), Cutout(8)
+    )
+    per_image = PerImageCifar(
+        split.x, split.y, per_image_transform(4, True, 8, CIFAR100_MEAN, CIFAR100_STD)
+    )
+    pipelines = [
+        Pipeline("cifar", "batched (TensorBatches)", 0, threads,
+                 TensorBatches(split, batch_size, shuffle=True, transform=batched_transform)),
+    ]
+    if threads != 1:
+        pipelines.append(
+            Pipeline("cifar", "batched (TensorBatches)", 0, 1,
+                     TensorBatches(split, batch_size, shuffle=True, transform=batched_transform))
+        )
+    for workers in (2, 0):
+        loader = DataLoader(per_image, batch_size=batch_size, shuffle=True, num_workers=workers,
+                            persistent_workers=workers > 0,
+                            generator=torch.Generator().manual_seed(0))
+        pipelines.append(Pipeline("cifar", "per-image (PIL + torchvision)", workers, threads,
+                                  loader, is_reference=workers == 2))
+    return pipelines
+
+
+def write_jpeg_tree(root: Path, classes: int, per_class: int, size: int, seed: int = 0) -> None:
+    """An ImageFolder tree ``root/class_XX/YYYY.jpg`` of smooth random colour images."""
+    rng = np.random.default_rng(seed)
+    for label in range(classes):
+        folder = root / f"class_{label:02d}"
+        folder.mkdir(parents=True)
+        for index in range(per_class):
+            coarse = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
+            smooth = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC))
+            noisy = smooth.astype(np.int16) + rng.integers(-8, 9, smooth.shape, dtype=np.int16)
+            image = Image.fromarray(noisy.clip(0, 255).astype(np.uint8))
+            image.save(folder / f"{index:04d}.jpg", quality=90)
+
+
+def imagefolder_pipelines(root: Path, batch_size: int, threads: int) -> list[Pipeline]:
+    train_transform = transforms.Compose([
+        transforms.RandomResizedCrop(224),
+        transforms.RandomHorizontalFlip(),
+        transforms.PILToTensor(),
+    ])
+    dataset = torchvision.datasets.ImageFolder(str(root), transform=train_transform)
+    pipelines = []
+    for workers in (0, 2):
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
+                            persistent_workers=workers > 0,
+                            generator=torch.Generator().manual_seed(0))
+        pipelines.append(Pipeline("imagefolder", "ImageFolder JPEG (PIL + torchvision)", workers,
+                                  threads, loader, is_reference=workers == 0))
+    return pipelines
+
+
+def other_processes_note(busy_before: float | None, own_before: float, started: float,
+                         cores: int) -> str:
+    """A sentence on how much CPU other processes took while the benchmark ran: the machine's
+    busy time minus this process's and its workers' CPU time."""
+    busy_after = machine_busy_seconds()
+    if busy_before is None or busy_after is None:
+        return "CPU use of other processes during the run: unknown (no /proc/stat)."
+    wall = time.time() - started
+    others = max(busy_after - busy_before - (own_cpu_seconds() - own_before), 0.0)
+    note = (f"Other processes used {others:.0f} CPU seconds during the {wall:.0f} s run "
+            f"({others / wall:.2f} of {cores} cores on average)")
+    if others / wall > 0.1:
+        return note + "; the numbers are disturbed by that load, rerun on a quiet machine."
+    return note + "."
+
+
+def run_interleaved(pipelines: list[Pipeline], epochs: int) -> None:
+    """One warm-up epoch each, then ``epochs`` timed epochs, the pipelines taking turns."""
+    for epoch in range(epochs + 1):
+        for pipeline in pipelines:
+            images, seconds = pipeline.run_epoch(epoch)
+            label = "warm-up" if epoch == 0 else f"epoch {epoch}"
+            print(f"{pipeline.benchmark:>11} {pipeline.name:<36} workers={pipeline.workers} "
+                  f"threads={pipeline.threads} {label}: {images / seconds:10.0f} images/s",
+                  flush=True)
+            if epoch > 0:
+                pipeline.epoch_images.append(images)
+                pipeline.epoch_seconds.append(seconds)
+
+
+def result_rows(pipelines: list[Pipeline]) -> list[dict]:
+    rows = []
+    for benchmark in dict.fromkeys(p.benchmark for p in pipelines):
+        group = [p for p in pipelines if p.benchmark == benchmark]
+        reference = next(p for p in group if p.is_reference)
+        for pipeline in group:
+            rows.append({
+                "benchmark": benchmark,
+                "pipeline": pipeline.name,
+                "workers": pipeline.workers,
+                "threads": pipeline.threads,
+                "images_per_second": pipeline.images_per_second,
+                "best_epoch_images_per_second": max(pipeline.epoch_rates),
+                "ratio_to_reference": pipeline.images_per_second / reference.images_per_second,
+                "reference": f"{reference.name}, {reference.workers} workers",
+                "epoch_images": pipeline.epoch_images,
+                "epoch_seconds": pipeline.epoch_seconds,
+            })
+    return rows
+
+
+def markdown(rows: list[dict], settings: dict, verdict: str) -> str:
+    lines = [
+        "### Training images per second delivered (median over timed epochs)",
+        "",
+        f"{settings['cores']} cores available; main process: {settings['threads']} torch "
+        f"thread(s) unless the row says 1; DataLoader workers: 1 thread each. "
+        f"torch {settings['torch']}, torchvision {settings['torchvision']}, "
+        f"Pillow {settings['pillow']}, Python {settings['python']}. "
+        f"Load average before the run: {settings['load_average_before']}. "
+        f"{settings['other_processes']}",
+        "",
+        "| benchmark | pipeline | workers | main-process torch threads | images/s "
+        "| best epoch | ratio | ratio to |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['benchmark']} | {row['pipeline']} | {row['workers']} | {row['threads']} | "
+            f"{row['images_per_second']:,.0f} | {row['best_epoch_images_per_second']:,.0f} | "
+            f"{row['ratio_to_reference']:.2f}× | "
+            f"{row['reference']} |"
+        )
+    cifar = settings["cifar"]
+    lines += [
+        "",
+        f"CIFAR-shaped: {cifar['images']:,} random uint8 images 3×32×32, batch "
+        f"{cifar['batch_size']}, shuffled; batched = RandomCropFlip(4, flip) → "
+        f"Normalize(CIFAR-100) → Cutout(8); per-image = RandomCrop(32, padding=4) → "
+        f"RandomHorizontalFlip → ToTensor → Normalize → Cutout(8).",
+    ]
+    jpeg = settings["imagefolder"]
+    if jpeg is not None:
+        lines.append(
+            f"ImageFolder: {jpeg['classes']} classes × {jpeg['per_class']} JPEGs of "
+            f"{jpeg['size']}×{jpeg['size']} ({jpeg['mean_file_kib']:.0f} KiB on average), "
+            f"batch {jpeg['batch_size']}, RandomResizedCrop(224) → RandomHorizontalFlip → "
+            f"PILToTensor."
+        )
+    lines += [
+        f"One warm-up epoch, then {settings['epochs']} timed epochs per pipeline, taken in turns.",
+        "",
+        verdict,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv=None):
+    command = parser(__doc__)
+    command.add_argument("--quick", action="store_true",
+                         help="a tiny run (5,000 CIFAR images, 2 × 20 JPEGs, 1 timed epoch)")
+    command.add_argument("--cifar-images", type=int, default=50_000)
+    command.add_argument("--batch-size", type=int, default=128, help="CIFAR batch size")
+    command.add_argument("--jpeg-classes", type=int, default=10)
+    command.add_argument("--jpeg-per-class", type=int, default=100)
+    command.add_argument("--jpeg-size", type=int, default=256, help="side of the JPEGs, pixels")
+    command.add_argument("--jpeg-batch-size", type=int, default=32)
+    command.add_argument("--epochs", type=int, default=3, help="timed epochs after the warm-up")
+    command.add_argument("--threads", type=int, default=None,
+                         help="torch threads of the main process (default: cores available)")
+    command.add_argument("--skip-imagefolder", action="store_true")
+    command.add_argument("--out", type=Path, default=BENCH_OUT)
+    args = command.parse_args(argv)
+    if args.quick:
+        args.cifar_images, args.jpeg_classes, args.jpeg_per_class, args.epochs = 5_000, 2, 20, 1
+    return args
+
+
+def run_settings(args, threads: int) -> dict:
+    """The machine, the versions and the sizes, for the record and the table's notes."""
+    return {
+        "cores": available_cores(),
+        "threads": threads,
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "pillow": Image.__version__,
+        "python": platform.python_version(),
+        "load_average_before": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "epochs": args.epochs,
+        "cifar": {"images": args.cifar_images, "batch_size": args.batch_size},
+        "imagefolder": None,
+    }
+
+
+def add_imagefolder(root: Path, args, threads: int, settings: dict, pipelines: list[Pipeline]) -> None:
+    """Write the JPEG tree under ``root`` and add its pipelines; ``settings`` records its sizes."""
+    started = time.perf_counter()
+    write_jpeg_tree(root, args.jpeg_classes, args.jpeg_per_class, args.jpeg_size)
+    files = list(root.rglob("*.jpg"))
+    mean_kib = statistics.mean(f.stat().st_size for f in files) / 1024
+    print(f"wrote {len(files)} JPEGs ({mean_kib:.0f} KiB on average) in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
+    settings["imagefolder"] = {"classes": args.jpeg_classes,
+                               "per_class": args.jpeg_per_class, "size": args.jpeg_size,
+                               "batch_size": args.jpeg_batch_size,
+                               "mean_file_kib": mean_kib}
+    pipelines += imagefolder_pipelines(root, args.jpeg_batch_size, threads)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    threads = args.threads or available_cores()
+    torch.set_num_threads(threads)
+    settings = run_settings(args, threads)
+    print(f"torch threads in the main process: {threads} ({settings['cores']} cores available); "
+          f"DataLoader workers: 1 thread each", flush=True)
+    busy_before, own_before, run_started = machine_busy_seconds(), own_cpu_seconds(), time.time()
+    pipelines = cifar_pipelines(args.cifar_images, args.batch_size, threads)
+    with tempfile.TemporaryDirectory(prefix="bench_data_") as temporary:
+        if not args.skip_imagefolder:
+            add_imagefolder(Path(temporary), args, threads, settings, pipelines)
+        run_interleaved(pipelines, args.epochs)
+        rows = result_rows(pipelines)
+        del pipelines[:]  # shut the persistent workers down before the folder goes
+    settings["other_processes"] = other_processes_note(
+        busy_before, own_before, run_started, settings["cores"]
+    )
+    print(settings["other_processes"], flush=True)
+
+    batched = next(r for r in rows if r["pipeline"].startswith("batched")
+                   and r["threads"] == threads)
+    met = batched["ratio_to_reference"] >= TARGET_RATIO
+    verdict = (f"Target (batched, {threads} thread(s), ≥ {TARGET_RATIO:g}× per-image with 2 "
+               f"workers): {'met' if met else 'NOT met'}, {batched['ratio_to_reference']:.2f}×.")
+    result = {"settings": settings, "rows": rows,
+              "target": {"ratio": TARGET_RATIO, "achieved": batched["ratio_to_reference"],
+                         "met": met}}
+    table = markdown(rows, settings, verdict)
+    write_outputs(args.out, "data", result, table)
+    print(table)
+    return 0
