@@ -1,5 +1,9 @@
 """scripts/evaluate.py: a finished run's saved model scored again from its own configuration
-(ten crops where the protocol says so), into eval.json, leaving every other file as it was."""
+(ten crops where the protocol says so), into eval.json, leaving every other file as it was.
+
+Runs are trained by ``train.py``'s entry point in this process (:func:`test_faults.run_main`):
+what is tested is the evaluation, not a new interpreter's start (``test_trust.py`` and
+``test_help.py`` start ``train.py`` as a process)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from test_faults import run_as_typed, run_main
 
 SCRIPT = ROOT / "scripts" / "evaluate.py"
 
@@ -26,8 +31,8 @@ def fingerprint(run_dir):
 
 
 def trained_run(run_dir, *overrides):
-    result = run_cli(["trainer.progress=false", f"hydra.run.dir={run_dir}", *overrides])
-    assert result.returncode == 0, result.stderr
+    code, stderr = run_main(["trainer.progress=false", f"hydra.run.dir={run_dir}", *overrides], quick=False)
+    assert code == 0, stderr
     return json.loads((run_dir / "results.json").read_text())
 
 
@@ -78,7 +83,7 @@ def test_missing_pieces_stop_with_one_sentence(tmp_path, evaluate, capsys):
     assert not (run_dir / "eval.json").exists()
 
 
-def test_train_py_plus_eval_is_the_same_evaluation_and_makes_no_run_directory(tmp_path):
+def test_train_py_plus_eval_is_the_same_evaluation_and_makes_no_run_directory(tmp_path, monkeypatch):
     import train
 
     assert train.evaluation_argv(["+eval=runs/a", "+eval_split=val,test", "+eval_checkpoint=last",
@@ -90,8 +95,9 @@ def test_train_py_plus_eval_is_the_same_evaluation_and_makes_no_run_directory(tm
     before = fingerprint(run_dir)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    result = run_cli([f"+eval={run_dir}", "+eval_split=val,test", "trainer.eval_batch_size=11"], cwd=elsewhere)
-    assert result.returncode == 0, result.stderr
+    monkeypatch.chdir(elsewhere)  # train.py typed in another folder
+    code, stderr = run_as_typed([f"+eval={run_dir}", "+eval_split=val,test", "trainer.eval_batch_size=11"])
+    assert code == 0, stderr
     evaluation = json.loads((run_dir / "eval.json").read_text())
     assert evaluation["val"] == pytest.approx(record["val"]) and evaluation["test"] == pytest.approx(record["test"])
     assert evaluation["overrides"] == ["trainer.eval_batch_size=11"]
