@@ -8,7 +8,7 @@ from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 
 import train
-from conftest import CONF, compose_config, run_cli
+from conftest import CONF, compose_config
 from topk.data.augment import NoMix
 from topk.data.transforms import Normalize
 
@@ -124,10 +124,12 @@ def test_unknown_option_lists_the_valid_ones():
 
 
 def test_cli_unknown_option_lists_the_valid_ones():
-    result = run_cli(["dataset=imagenet_typo"])
-    assert result.returncode == 1
-    assert result.stderr.startswith("Error: dataset=imagenet_typo is not an option of dataset; "
-                                    "did you mean dataset=imagenet_lt? choose one of "), result.stderr
-    assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    from test_faults import run_as_typed
+
+    code, stderr = run_as_typed(["dataset=imagenet_typo"])  # `python train.py dataset=imagenet_typo`, in this process
+    assert code == 1
+    assert stderr.startswith("Error: dataset=imagenet_typo is not an option of dataset; "
+                             "did you mean dataset=imagenet_lt? choose one of "), stderr
+    assert stderr.count("\n") == 1 and "Traceback" not in stderr
     for option in options("dataset"):
-        assert option in result.stderr
+        assert option in stderr

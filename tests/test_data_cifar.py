@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT, run_cli, write_tiny_cifar100
+from conftest import ROOT, write_tiny_cifar100
 from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD, CifarSplits, cifar100
 from topk.data.fixtures import official_coarse_mapping
 from topk.errors import ConfigError, DataError
@@ -265,10 +265,12 @@ def test_a_missing_meta_file_is_a_config_error_as_before(tmp_path):
 
 def test_train_py_reports_a_broken_file_in_one_line(tmp_path):
     path = with_broken_file(tmp_path / "data", "train", BROKEN["train cut in half"][1])
-    result = run_cli(["dataset=cifar100", f"data_root={tmp_path / 'data'}", "model=mlp",
-                      f"hydra.run.dir={tmp_path / 'run'}"])
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
+    from test_faults import run_main
+
+    code, stderr = run_main(["dataset=cifar100", f"data_root={tmp_path / 'data'}", "model=mlp",
+                             f"hydra.run.dir={tmp_path / 'run'}"], quick=False)  # train.py, in this process
+    assert code == 1 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
         f"Error: {path} is not a readable CIFAR-100 python pickle (UnpicklingError: pickle data "
         f"was truncated){redownload(path)}")
 

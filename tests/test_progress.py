@@ -8,7 +8,8 @@ import logging
 
 import torch
 
-from conftest import run_cli, run_in_process
+from conftest import run_in_process
+from test_faults import run_main
 from topk import progress as progress_module
 from topk.progress import Progress
 
@@ -80,9 +81,9 @@ def test_off_shows_nothing_and_a_run_logs_nothing_per_batch(tmp_path, caplog):
 
 def test_a_run_names_its_directory_and_setting_first_and_logs_every_evaluated_epoch(tmp_path):
     run_dir = tmp_path / "run"
-    result = run_cli(["trainer.epochs=3", "trainer.batch_size=60", "trainer.progress_every=15", "trainer.eval_every=2",
-                      f"hydra.run.dir={run_dir}"])
-    assert result.returncode == 0, result.stderr
+    code, stderr = run_main(["trainer.epochs=3", "trainer.batch_size=60", "trainer.progress_every=15",
+                             "trainer.eval_every=2", f"hydra.run.dir={run_dir}"], quick=False)  # train.py, in this process
+    assert code == 0, stderr
     log = (run_dir / "train.log").read_text().splitlines()
     assert log[0].endswith(f"{run_dir}: dataset=circles (6 classes), model=linear, loss=ce, k=5, 3 epochs, seed 0, "
                            "device cpu")

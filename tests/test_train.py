@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_cli, run_in_process
+from test_faults import run_main
 from topk.engine import RunInterrupted, check_selection_metric
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.records import read_results, validate_results
@@ -339,10 +340,12 @@ def test_a_config_breaking_the_schema_writes_nothing(run_dir, overrides, message
 
 
 def test_cli_bad_input_is_one_sentence_without_traceback(tmp_path):
-    result = run_cli(["loss=topk_group", "loss.k=6", f"hydra.run.dir={tmp_path / 'run'}"])
-    assert result.returncode == 1
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("Error")]
+    # train.py's entry point in this process; test_faults.py's test_cli_exit_code_and_sentence_in_a_new_process
+    # is the same through a new interpreter
+    code, stderr = run_main(["loss=topk_group", "loss.k=6", f"hydra.run.dir={tmp_path / 'run'}"], quick=False)
+    assert code == 1
+    assert "Traceback" not in stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error")]
     assert errors == [
         "Error: loss.k=6 must be between 1 and the number of classes minus one (5); choose a smaller k."
     ]
@@ -351,9 +354,9 @@ def test_cli_bad_input_is_one_sentence_without_traceback(tmp_path):
 def test_cli_unwritable_output_dir(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
-    result = run_cli([f"hydra.run.dir={blocker / 'run'}", "trainer.epochs=1"])
-    assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "cannot be written" in result.stderr and "hydra.run.dir=PATH" in result.stderr
+    code, stderr = run_main([f"hydra.run.dir={blocker / 'run'}", "trainer.epochs=1"], quick=False)
+    assert code == 1 and "Traceback" not in stderr
+    assert "cannot be written" in stderr and "hydra.run.dir=PATH" in stderr
 
 
 def test_sigterm_writes_interrupted_and_the_run_resumes(tmp_path):
