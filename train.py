@@ -489,7 +489,9 @@ def record_result(record: dict, result, splits, distributed) -> None:
         samples=result.samples,
         processes=distributed.world_size,
         also_selected={metric: {"best_epoch": selected["best_epoch"], "val": selected["metrics"].get("val", {}),
-                                "test": selected["metrics"].get("test", {})}
+                                "test": selected["metrics"].get("test", {}),
+                                "test_per_class": {f"top{k}": v for k, v in
+                                                   selected["per_class"].get("test", {}).items()}}
                        for metric, selected in result.also_selected.items()},
     )
     if splits.class_groups:

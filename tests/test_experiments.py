@@ -211,11 +211,36 @@ def test_g22_cifar_ablations(experiment, key, values, fixed):
     assert cfg.trainer.selection_metric == "val/top5"
 
 
+G22_LOSS_CLASSES = {"ce": "CrossEntropyLoss", "focal": "FocalLoss", "ldam": "LDAMLoss",
+                    "smooth_svm": "SmoothTopKSVM", "noised_bal": "NoisedTopKHingeLoss",
+                    "noised_imbal": "NoisedImbalancedTopKHingeLoss"}
+
+
+def g22_methods(ks, per_k=("smooth_svm", "noised_bal", "noised_imbal"), once=("ce", "focal", "ldam")):
+    """G22's (loss, K) jobs: the losses whose training ignores K once, the others once per K."""
+    return [*once, *(f"{loss}_k{k}" for loss in per_k for k in ks)]
+
+
+def assert_g22_methods(experiment, ks, metric, **losses):
+    """The sweep trains each K-dependent loss per K (``loss.k`` and the selection metric at K) and
+    each other loss once, selected at K = 1 and keeping the best model at every other K (one
+    method of each kind here; the card test composes every job against the card's values)."""
+    methods = g22_methods(ks, **losses)
+    assert sweep_params(experiment)["g22_method"] == methods and compose_job(experiment).get("g22_ks") == ks
+    for method in (methods[0], methods[-1]):
+        cfg = compose_job(experiment, g22_method=method)
+        loss, _, k = method.rpartition("_k") if "_k" in method else (method, "", "1")
+        assert cfg.g22_method == method and cfg.k == int(k) and cfg.trainer.selection_metric == f"{metric}{k}"
+        assert cfg.loss._target_.rpartition(".")[2] == G22_LOSS_CLASSES[loss]
+        once = "_k" not in method
+        assert list(cfg.trainer.also_select_on) == ([f"{metric}{other}" for other in ks[1:]] if once else [])
+        assert cfg.loss.get("k") == (None if once else int(k))
+
+
 def test_g22_plantnet():
     params = sweep_params("g22_plantnet")
-    assert params["k"] == [1, 3, 5, 10]
     assert params["seed"] == [0, 1, 2]  # G22 preprint §4.5.1: "(three seeds, 95% confidence interval)"
-    assert params["loss"] == ["ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal"]
+    assert_g22_methods("g22_plantnet", [1, 3, 5, 10], "val/macro_top")  # 15 x 3 = 45 runs, not 72
     cfg = compose_job("g22_plantnet", loss="noised_imbal", k=3)
     assert cfg.loss.k == 3 and cfg.trainer.selection_metric == "val/macro_top3"
     assert cfg.model.name == "resnet50" and cfg.model.pretrained and cfg.model.head == "cosine"
@@ -226,8 +251,8 @@ def test_g22_plantnet():
 
 def test_g22_imagenet_lt():
     params = sweep_params("g22_imagenet_lt")
-    assert params["k"] == [1, 3, 5] and len(params["seed"]) == 4  # Tables' K rows; "four seeds"
-    assert params["loss"] == ["ce", "smooth_svm", "noised_bal", "focal", "ldam", "noised_imbal"]
+    assert len(params["seed"]) == 4  # "four seeds"
+    assert_g22_methods("g22_imagenet_lt", [1, 3, 5], "val/top")  # the tables' K rows; 48 runs, not 72
     cfg = compose_job("g22_imagenet_lt", loss="noised_imbal", k=3)
     assert cfg.model.name == "resnet34" and cfg.trainer.epochs == 100 and cfg.trainer.batch_size == 128
     assert list(cfg.schedule.milestones) == [60, 80] and cfg.trainer.selection_metric == "val/top3"
@@ -244,8 +269,8 @@ def test_g22_imagenet_lt():
 
 def test_g22_imagenet_runs_the_preprints_appendix_d():
     params = sweep_params("g22_imagenet")
-    assert params["k"] == [1, 5] and params["loss"] == ["ce", "smooth_svm", "noised_bal"]
     assert len(params["seed"]) == 3
+    assert_g22_methods("g22_imagenet", [1, 5], "val/top", per_k=("smooth_svm", "noised_bal"), once=("ce",))
     per_loss = {"ce": (0.1, 1e-4), "smooth_svm": (1.0, 2.5e-5), "noised_bal": (0.1, 1.5e-4)}
     for loss, (lr, weight_decay) in per_loss.items():
         cfg = compose_job("g22_imagenet", loss=loss, k=1)

@@ -67,8 +67,8 @@ ALSO_SELECTED = ["dataset.val_per_class=20", "trainer.selection_metric=val/top1"
 def test_also_select_on_keeps_a_best_model_per_metric_from_one_run(tmp_path):
     """One run with trainer.also_select_on=[val/top2,val/loss] keeps, beside best.pt, the best
     model by each of those metrics (its own file, kept by keep_checkpoints=best) and records its
-    epoch and metrics; they are what a run selecting on that metric records (S20 Table I's two
-    columns from one training run)."""
+    epoch, metrics and test class accuracies; they are what a run selecting on that metric
+    records (S20 Table I's two columns, G22's K rows of a loss that ignores K, from one run)."""
     shared, _ = run_in_process(tmp_path / "shared", [*ALSO_SELECTED, "trainer.keep_checkpoints=best",
                                                       "trainer.also_select_on=[val/top2,val/loss,val/top1]"])
     record, history = read_record(tmp_path / "shared"), pd.read_csv(tmp_path / "shared" / "history.csv")
@@ -83,8 +83,8 @@ def test_also_select_on_keeps_a_best_model_per_metric_from_one_run(tmp_path):
         row = history.set_index("epoch").loc[selected["best_epoch"]]
         assert selected["test"]["top1"] == pytest.approx(row["test/top1"])
         alone, _ = run_in_process(tmp_path / metric[4:], [*ALSO_SELECTED, f"trainer.selection_metric={metric}"])
-        assert (alone["best_epoch"], alone["val"], alone["test"]) == (
-            selected["best_epoch"], selected["val"], selected["test"]), metric
+        assert (alone["best_epoch"], alone["val"], alone["test"], alone["test_per_class"]) == (
+            selected["best_epoch"], selected["val"], selected["test"], selected["test_per_class"]), metric
     assert (shared["best_epoch"], shared["test"]) == (first_best_epoch(history, "val/top1"), record["test"])
 
 

@@ -107,7 +107,8 @@ class FitResult:
     class_samples: dict[str, list[int]]  # split -> samples of each class evaluated (all processes)
     epoch_seconds: float | None
     history: list[dict]
-    # trainer.also_select_on's metric -> {"best_epoch": ..., "metrics": split -> metric -> value}
+    # trainer.also_select_on's metric -> {"best_epoch": ..., "metrics": split -> metric -> value,
+    # "per_class": split -> k -> per-class accuracy}
     also_selected: dict[str, dict] = field(default_factory=dict)
 
 
@@ -889,8 +890,10 @@ def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate
     for extra in state.also_best:
         evaluations = evaluate_selected(model, extra, partial(checkpoints.save_best, metric=extra.metric),
                                         evaluate_all)
-        also_selected[extra.metric] = {"best_epoch": extra.epoch, "metrics": {
-            split: split_metrics for split, (split_metrics, _) in evaluations.items()}}
+        also_selected[extra.metric] = {
+            "best_epoch": extra.epoch,
+            "metrics": {split: split_metrics for split, (split_metrics, _) in evaluations.items()},
+            "per_class": {split: counts.per_class() for split, (_, counts) in evaluations.items()}}
     best = state.best
     evaluations = evaluate_selected(model, best, checkpoints.save_best, evaluate_all)
     metrics = {split: split_metrics for split, (split_metrics, _) in evaluations.items()}

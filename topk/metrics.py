@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import torch
@@ -310,3 +311,9 @@ def average_k_accuracies(hits: torch.Tensor, totals: torch.Tensor, ks: Sequence[
     over processes): the samples whose label is in its average-k set, over all samples and
     averaged over the classes present in the split."""
     return accuracy_percentages(hits, totals, ks, "avg")
+
+
+def metric_at_k(metric: str, k: int) -> str:
+    """``metric`` (a selection metric's name, ending in its k) at ``k``: ``val/macro_top1`` at 5
+    is ``val/macro_top5``."""
+    return re.sub(r"\d+$", str(k), metric)

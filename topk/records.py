@@ -194,7 +194,8 @@ def validate_results(record: Mapping) -> None:
 def validate_also_selected(also_selected) -> None:
     """Raise ``ValueError`` unless ``also_selected`` (optional: the best model by each
     ``trainer.also_select_on`` metric) maps each metric to ``best_epoch`` and its ``val`` and
-    ``test`` metrics, as the record's own keys are."""
+    ``test`` metrics, as the record's own keys are, and optionally (records older than it lack
+    it) its ``test_per_class``: ``top<k>`` to a list of class accuracies."""
     if not isinstance(also_selected, dict):
         raise ValueError("results.json key 'also_selected' is not a mapping")
     for metric, selected in also_selected.items():
@@ -204,6 +205,9 @@ def validate_also_selected(also_selected) -> None:
             values = selected.get(split)
             if not isinstance(values, dict) or not all(isinstance(v, (int, float, type(None))) for v in values.values()):
                 raise ValueError(f"results.json also_selected[{metric!r}] {split} is not a mapping of numbers")
+        per_class = selected.get("test_per_class", {})
+        if not isinstance(per_class, dict) or not all(isinstance(v, list) for v in per_class.values()):
+            raise ValueError(f"results.json also_selected[{metric!r}] test_per_class is not a mapping of lists")
 
 
 def write_results(run_dir: Path, record: Mapping, name: str = "results.json") -> Path:

@@ -26,6 +26,10 @@ An entry is a mapping, or a list of mappings when the value depends on the job::
       source: choice
       why: B18 does not say how many seeds it ran; three give a t-interval.
 
+A ``when`` matches the job's swept values, its config group choices and its composed values. A
+key that a swept method sets (``g22_method=smooth_svm_k3`` chooses ``loss`` and sets ``k``) is
+listed with ``swept`` too: the values the jobs take, checked as a swept key's are.
+
 ``cited`` needs a ``quote`` (the paper's words; ``…`` stands for words left out) and ``ref``;
 ``code`` needs ``ref`` (repository and file); ``inferred`` and ``choice`` need ``why``.
 :func:`problems` holds a card against the composed configs of every job: a test calls it for every
@@ -247,15 +251,15 @@ def _job_text(job) -> str:
 
 def job_config(proto, job) -> tuple[dict, dict]:
     """A job's ``(values, params)``: what an entry's ``when`` is matched against (the job's swept
-    values and the config group choices it composes: ``loss``, ``model``, ``dataset`` ... even
-    where the sweep fixes them), and its flat composed config (as
-    :meth:`topk.report.protocol.Protocol.params`)."""
+    values, the config group choices it composes: ``loss``, ``model``, ``dataset`` ... even
+    where the sweep fixes them, and its composed values: ``k`` where a swept method sets it),
+    and its flat composed config (as :meth:`topk.report.protocol.Protocol.params`)."""
     from topk.report.protocol import SEED, _override_text
 
     setting = tuple(f"{key}={_override_text(value)}" for key, value in job if key != SEED)
     choices, params = _setting_config(proto.id, setting)
     seed = {key: value for key, value in job if key == SEED}
-    return {**choices, **dict(job)}, {**params, **seed}
+    return {**params, **choices, **dict(job)}, {**params, **seed}
 
 
 @functools.cache
@@ -278,8 +282,14 @@ def problems(experiment: str) -> list[str]:
     card, proto = load(experiment), protocol(experiment)
     jobs_with: dict[str, list[str]] = {}  # a problem (first example) -> the jobs that have it
     used: set[tuple[str, int]] = set()
+    listed = {e.key for e in card.entries if e.swept is not None}  # swept, or set by a swept key
+    taken: dict[str, set] = {key: set() for key in listed | set(proto.keys)}  # key -> the jobs' values
     for job in proto.jobs:
         values, params = job_config(proto, job)
+        for key in taken:
+            if key in proto.keys or any(e.key == key and e.swept is not None and e.applies_to(values)
+                                        for e in card.entries):
+                taken[key].add(normalise(values.get(key)))
         for key in result_keys(params):
             cases = [(i, e) for i, e in enumerate(card.entries) if e.key == key and e.applies_to(values)]
             used.update((key, i) for i, _ in cases)
@@ -293,12 +303,12 @@ def problems(experiment: str) -> list[str]:
                 continue
             jobs_with.setdefault(problem, []).append(_job_text(job))
     found = [f"{problem} in {len(jobs)} job(s), e.g. {jobs[0]}" for problem, jobs in jobs_with.items()]
-    for key in proto.keys:
-        ran = {normalise(dict(job).get(key)) for job in proto.jobs}
+    for key, ran in taken.items():  # a `swept` list names the values the jobs take
         swept = [(i, e) for i, e in enumerate(card.entries) if e.key == key and e.swept is not None]
         used.update((key, i) for i, _ in swept)
         if not swept or {normalise(v) for _, e in swept for v in e.swept} != ran:
-            found.append(f"{key} is swept over {', '.join(sorted(map(shown, ran)))}; the card's "
+            how = "swept" if key in proto.keys else "set by the sweep"
+            found.append(f"{key} is {how} over {', '.join(sorted(map(shown, ran)))}; the card's "
                          f"`swept` list must name exactly those values")
     found += [f"{e.key}: no job of the sweep uses this entry"
               + (f" (when {e.shown_when})" if e.when else "")

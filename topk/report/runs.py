@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shlex
 import time
 from dataclasses import dataclass, replace
@@ -25,6 +26,7 @@ import pandas as pd
 import yaml
 
 from topk.errors import ConfigError
+from topk.metrics import metric_at_k
 from topk.records import STATUSES, flatten
 from topk.report.protocol import PROTOCOL_FREE_KEYS, Fidelity, assess, normalise
 from topk.run_dir import ADDED_KEYS, RENAMED_KEYS, override_key
@@ -313,9 +315,10 @@ def selected_by(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
     """The runs as selected by ``metric`` (``val/top5``): a run whose selection metric is another
     one but which kept the best model by ``metric`` too (``trainer.also_select_on``, the record's
     ``also_selected``) gets that model's ``best_epoch``, ``val.*`` and ``test.*`` in place of its
-    selected model's, and ``selection_metric = metric`` (its per-class accuracies, which are the
-    selected model's, are left out); other runs stay as they are. One training run thus gives a
-    column per selection metric (S20 Table I)."""
+    selected model's, and ``selection_metric = metric`` (its ``test_per_class.*`` too: that
+    model's where the record kept them, else left out, as the selected model's are not its);
+    other runs stay as they are. One training run thus gives a column per selection metric (S20
+    Table I)."""
     prefix = f"also_selected.{metric}."
     extra = [name for name in runs.columns if name.startswith(prefix)]
     shared = runs[extra].notna().any(axis=1).to_numpy(dtype=bool) if extra else None
@@ -330,6 +333,31 @@ def selected_by(runs: pd.DataFrame, metric: str) -> pd.DataFrame:
         out.loc[shared, target] = runs.loc[shared, name]
     out.loc[shared, "selection_metric"] = metric
     return out
+
+
+def spread_over_k(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs, plus one row per other K that a run kept a best model for: a run selected on
+    ``val/macro_top1`` that also kept the best model by ``val/macro_top5``
+    (``trainer.also_select_on``, as a loss whose training does not depend on K does in G22's
+    sweeps, ``conf/g22_method/``) stands in the K = 5 row too, with that model's metrics and
+    per-class accuracies (:func:`selected_by`) and ``params.k = 5``. The added rows' index is
+    ``"<run>@k<K>"``. One training run thus gives every K row of G22 Tables 5 to 9."""
+    added = []
+    for name in runs.columns:
+        found = re.fullmatch(r"also_selected\.(.+\D(\d+))\.best_epoch", name)
+        if not found:
+            continue
+        metric, k = found.group(1), int(found.group(2))
+        same_kind = [isinstance(selected, str) and metric_at_k(selected, k) == metric
+                     for selected in column(runs, "selection_metric")]
+        kept = runs[name].notna() & pd.Series(same_kind, index=runs.index)
+        if not kept.any():
+            continue
+        rows = selected_by(runs, metric).loc[kept.to_numpy(dtype=bool)].copy()
+        rows["params.k"] = k
+        rows.index = [f"{i}@k{k}" for i in rows.index]
+        added.append(rows)
+    return pd.concat([runs, *added]) if added else runs
 
 
 def read_history(run_dir) -> pd.DataFrame | None:

@@ -37,6 +37,7 @@ from topk.report.runs import (
     read_history,
     read_sweep,
     selected_by,
+    spread_over_k,
 )
 from topk.report.tuning import TUNED_TABLES, tuned_table
 from topk.report.verdicts import (
@@ -288,6 +289,7 @@ class TableSpec:
     uses: Callable[[pd.DataFrame, str], pd.Series] | None = None  # runs counted per metric (all)
     notes: Callable[[pd.DataFrame], list[str]] = lambda runs: []
     paper_transform: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    each_k: bool = False  # a run that kept a model per K counts in each K row (spread_over_k)
     split_metrics: bool = False  # one table per metric, as the paper prints them
     row_order: tuple[tuple, ...] = ()  # row keys printed first
     column_order: tuple[tuple, ...] = ()  # column keys printed first
@@ -372,21 +374,21 @@ TABLES: dict[str, TableSpec] = {spec.id: spec for spec in [
               "accuracy (%)" + AVG_NOTE, split_metrics=True,
               metrics={m: f"test.{m}" for m in (*TEST15[::-1], *AVG15[::-1])},
               sampling=dict.fromkeys(TEST15, binomial("test"))),
-    TableSpec(id="g22_plantnet", paper="g22_tables5_7_plantnet", rows={"k": run_k}, columns=LOSS,
+    TableSpec(id="g22_plantnet", each_k=True, paper="g22_tables5_7_plantnet", rows={"k": run_k}, columns=LOSS,
               title="G22 Tables 5 (macro-average top-K) and 7 (top-K): Pl@ntNet-300K, test "
               "accuracy (%)" + AVG_NOTE,
               metrics={f"{p}{a}K": at_k(f"{p}{a}") for a in ("top", "avg") for p in ("macro_", "")},
               paper_columns={"macro_topK": "macro_topk", "topK": "topk"}, split_metrics=True,
               column_order=tuple((loss,) for loss in G22_PLANTNET_LOSSES),
               sampling={"macro_topK": macro_error, "topK": binomial("test")}),
-    TableSpec(id="g22_imagenet_lt", rows={"k": run_k, **LOSS},
+    TableSpec(id="g22_imagenet_lt", each_k=True, rows={"k": run_k, **LOSS},
               title="G22 preprint §4.5.2, Table 6: ImageNet-LT, test top-K accuracy (%) overall and "
               "on many-, medium- and few-shot classes (its numbers are lost from the preprint's "
               "text: no published column)" + AVG_NOTE,
               metrics={**{f"{p}topK": at_k(f"{p}top") for p in ("", "many_", "medium_", "few_")},
                        "avgK": at_k("avg")},
               row_order=tuple((float(k), loss) for k in (1, 3, 5) for loss in G22_PLANTNET_LOSSES)),
-    TableSpec(id="g22_imagenet", rows={"k": run_k}, columns=LOSS,
+    TableSpec(id="g22_imagenet", each_k=True, rows={"k": run_k}, columns=LOSS,
               title="G22 preprint App. D, Table 9: ImageNet (ResNet-18), test top-K accuracy (%) "
               "(its numbers are lost from the preprint's text: no published column)" + AVG_NOTE,
               metrics={"topK": at_k("top"), "avgK": at_k("avg")}, split_metrics=True,
@@ -456,7 +458,8 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
     order then ours: keys, statistics, ``counts``, ``paper``, ``paper_std``, ``sampling_se``
     (the paper's number's standard error where it reports no std) and ``no_error`` (why there
     is none), ``diff``, ``verdict``."""
-    entries, paper = observations(spec, sweep.runs), paper_cells(spec)
+    runs = spread_over_k(sweep.runs) if spec.each_k else sweep.runs
+    entries, paper = observations(spec, runs), paper_cells(spec)
     published = {(r, col, m): (p, s) for r, col, m, p, s in paper.itertuples(index=False)}
     ours = summarise_groups(entries, ("row", "column", "metric"), sweep.seeds)
     counted: dict[tuple, list] = {}  # the runs whose value a cell averages
@@ -478,7 +481,7 @@ def cell_table(spec: TableSpec, sweep: Sweep) -> pd.DataFrame:
         value, std = published.get(key, (math.nan, None))
         std = math.nan if std is None else std
         half = half_width(cell["std"], cell["n"])
-        se, why = sampling_error(spec, metric, value, std, sweep.runs.loc[counted.get(key, [])])
+        se, why = sampling_error(spec, metric, value, std, runs.loc[counted.get(key, [])])
         out.append({**dict(zip(spec.row_names, row)), **dict(zip(spec.column_names, col)),
                     "metric": metric, **cell, "ci_low": cell["mean"] - half,
                     "ci_high": cell["mean"] + half, "counts": count_text(cell), "paper": value,

@@ -102,6 +102,11 @@ class TrainSchema:
         "a mapping from sorter to steepness", lambda value: value is None or isinstance(value, dict))
     p22_top_m: int | None = whole(2, null="no truncation")  # the m of P22's top-k methods (p22_*)
     p22_method: str | None = text("a P22 method, one of conf/p22_method/", null="not a P22 method")  # its name
+    g22_method: str | None = text("a G22 method, one of conf/g22_method/", null="not a G22 method")  # its name
+    g22_ks: list[int] | None = anything(  # the K rows of a G22 table (g22_method/ce, focal, ldam)
+        "a list of whole numbers of at least 1, e.g. [1, 3, 5, 10]",
+        lambda value: value is None or (not isinstance(value, str) and all(
+            isinstance(item, int) and not isinstance(item, bool) and item >= 1 for item in value)))
     b18_margin_settings: dict[str, dict[str, float]] | None = anything(  # b18_margin's, per k
         "a mapping from k1 and k5 to tau, lr and weight_decay",
         lambda value: value is None or isinstance(value, dict))
@@ -116,7 +121,8 @@ class TrainSchema:
 
 
 # top-level keys only some configs have
-OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness", "p22_top_m", "p22_method", "b18_margin_settings")
+OPTIONAL_TOP_LEVEL = ("n_samples", "p22_steepness", "p22_top_m", "p22_method", "g22_method", "g22_ks",
+                      "b18_margin_settings")
 
 
 # ---- loss (topk/losses/) -------------------------------------------------------------------------

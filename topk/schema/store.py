@@ -2,7 +2,7 @@
 
 :func:`register` stores each dataclass of :data:`topk.schema.groups.SCHEMAS` as
 ``schema/<group>/<name>``, the name ``conf/<group>/<option>.yaml`` lists first in its defaults,
-and the resolvers ``conf/`` uses (``if_null``, ``if_tuning``). Anything that composes ``conf/`` calls it
+and the resolvers ``conf/`` uses (``if_null``, ``if_tuning``, ``at_ks``). Anything that composes ``conf/`` calls it
 first (``train.py`` on import, :mod:`topk.report.protocol`, the tests).
 
 :func:`command_line_problem` composes the command line's config with Hydra's compose API before
@@ -18,6 +18,7 @@ composes with, and :func:`job_target_problem` holds a job's composed config to i
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -51,15 +52,29 @@ def if_tuning(study_folder, sweep_folder, *, _root_):
     return study_folder if OmegaConf.select(_root_, "hydra.runtime.choices.tune") else sweep_folder
 
 
+def at_ks(metric: str, ks) -> list[str]:
+    """``${at_ks:${trainer.selection_metric},${g22_ks}}`` (``conf/g22_method/ce.yaml``): the
+    metric at each other k of ``ks``, ``val/macro_top1`` at ``[1, 3, 5]`` being
+    ``[val/macro_top3, val/macro_top5]``; one sentence where the metric names no k (``last``,
+    ``val/loss``)."""
+    from topk.metrics import metric_at_k
+
+    if not re.search(r"\d$", str(metric)):
+        raise ConfigError(f"a model kept at each k needs a selection metric at a k (val/top1, "
+                          f"val/macro_top1), and trainer.selection_metric is {metric}")
+    return [other for other in (metric_at_k(str(metric), int(k)) for k in ks) if other != metric]
+
+
 def register() -> None:
-    """Store every schema (again: the store keeps the last) and the ``if_null`` and ``if_tuning``
-    resolvers."""
+    """Store every schema (again: the store keeps the last) and the ``if_null``, ``if_tuning``
+    and ``at_ks`` resolvers."""
     store = ConfigStore.instance()
     for group, schemas in SCHEMAS.items():
         for name, node in schemas.items():
             store.store(group=f"schema/{group}", name=name, node=node, provider="topk")
     OmegaConf.register_new_resolver("if_null", if_null, replace=True)
     OmegaConf.register_new_resolver("if_tuning", if_tuning, replace=True)
+    OmegaConf.register_new_resolver("at_ks", at_ks, replace=True)
 
 
 def command_line_problem(argv: list[str], config_dir: Path, config_name: str) -> str | None:
