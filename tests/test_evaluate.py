@@ -13,9 +13,9 @@ import runpy
 from pathlib import Path
 
 import pytest
+from test_faults import run_as_typed, run_main
 
 from conftest import ROOT
-from test_faults import run_as_typed, run_main
 
 SCRIPT = ROOT / "scripts" / "evaluate.py"
 

@@ -7,9 +7,9 @@ import io
 import logging
 
 import torch
+from test_faults import run_main
 
 from conftest import run_in_process
-from test_faults import run_main
 from topk import progress as progress_module
 from topk.progress import Progress
 

@@ -12,9 +12,9 @@ import time
 import pandas as pd
 import pytest
 import torch
+from test_faults import run_main
 
 from conftest import ROOT, run_cli, run_in_process
-from test_faults import run_main
 from topk.engine import RunInterrupted, check_selection_metric
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.records import read_results, validate_results
