@@ -14,7 +14,7 @@ import pytest
 import yaml
 from test_faults import run_main
 
-from conftest import CONF, ROOT, compose_config, run_cli
+from conftest import CONF, ROOT, compose_config
 from topk.data.fixtures import write_smoke_data
 from topk.report.tables import build_table
 from topk.report.tuning import search_space
@@ -40,9 +40,9 @@ def test_selected_value_is_the_selection_metric_of_the_selected_model():
 
 def test_a_small_study_on_circles_finds_the_best_of_its_trials(tmp_path):
     sweep = tmp_path / "study"
-    result = run_cli([*TUNE, "hydra.sweeper.n_trials=3", "dataset.val_per_class=50",
-                      "trainer.selection_metric=val/top2", f"hydra.sweep.dir={sweep}"])
-    assert result.returncode == 0, result.stderr
+    code, stderr = run_main([*TUNE, "hydra.sweeper.n_trials=3", "dataset.val_per_class=50",
+                             "trainer.selection_metric=val/top2", f"hydra.sweep.dir={sweep}"], quick=False)
+    assert code == 0, stderr
     records = [json.loads((sweep / str(job) / "results.json").read_text()) for job in range(3)]
     values = [record["val"]["top2"] for record in records]
     taus = [record["params"]["loss.tau"] for record in records]
@@ -53,13 +53,13 @@ def test_a_small_study_on_circles_finds_the_best_of_its_trials(tmp_path):
 
 
 def test_tuning_on_no_validation_metric_is_refused_in_one_sentence(tmp_path):
-    result = run_cli([*TUNE, "hydra.sweeper.n_trials=1", "trainer.selection_metric=last",
-                      f"hydra.sweep.dir={tmp_path / 'study'}"])
-    assert result.returncode != 0
-    assert result.stderr.strip().splitlines()[-1].startswith(
+    code, stderr = run_main([*TUNE, "hydra.sweeper.n_trials=1", "trainer.selection_metric=last",
+                             f"hydra.sweep.dir={tmp_path / 'study'}"], quick=False)
+    assert code != 0
+    assert stderr.strip().splitlines()[-1].startswith(
         "Error: hydra/sweeper=optuna tunes the selected model's trainer.selection_metric, and last is not a "
         "validation metric; set trainer.selection_metric=val/top5")
-    assert result.stderr.strip().endswith("Nothing was run.") and not (tmp_path / "study").exists()
+    assert stderr.strip().endswith("Nothing was run.") and not (tmp_path / "study").exists()
 
 
 # --- the zoo's tuning: +tune=<loss> (conf/tune/), make tune-<zoo>, the <zoo>_tuned table ---
