@@ -12,51 +12,48 @@ objects (docs/design.md §2). Every run leaves its record in its Hydra run direc
 from __future__ import annotations
 
 import errno
-import inspect
 import json
 import logging
-import os
-import random
-import runpy
 import signal
 import sys
 from functools import partial
 from pathlib import Path
 
 import hydra
-import numpy as np
 import torch
 from hydra.core.hydra_config import HydraConfig
-from hydra.errors import InstantiationException
 from hydra.types import RunMode
-from hydra.utils import get_class, instantiate
 from omegaconf import DictConfig, OmegaConf
-from torch.nn.parallel import DistributedDataParallel
 
 from topk import distributed as dist_setup
 from topk import engine
-from topk.data import TensorBatches
-from topk.data.augment import ImageAugmentation
-from topk.data.batches import LimitedBatches, close_batches
-from topk.data.images import ImageBatches, ImageFileSplit, ImageFileSplits
-from topk.data.splits import stratified_indices
-from topk.data.transforms import Compose, Normalize
+from topk.build import (
+    build,
+    build_augment,
+    build_loss,
+    build_model,
+    check_study_k,
+    check_validation_split,
+    eval_scores,
+    has_batch_norm,
+    make_batches,
+    normalisation,
+    schedule_arguments,
+    seed_everything,
+    without_lone_last_batch,
+)
+from topk.data.batches import close_batches
 from topk.engine import (
     FitSettings,
     RunInterrupted,
     StopRequests,
     fit,
-    multi_crop_scores,
     preemption_signal,
     resolve_device,
 )
 from topk.errors import ConfigError, RunRefused, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
-from topk.losses.base import Loss
-from topk.losses.targets import check_num_classes_for_k
-from topk.losses.weights import ClassWeighted, class_weight_vector
 from topk.metrics import clip_ks
-from topk.precision import channels_last
 from topk.records import (
     device_provenance,
     provenance,
@@ -97,12 +94,6 @@ CONF_DIR = CODE_DIR / "conf"
 schema_store.register()  # the typed schema of every config group, before Hydra composes conf/
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
 def base_record(cfg: DictConfig, choices, run_provenance: dict) -> dict:
     """A new run's record (status ``running``): what was asked for, and ``run_provenance``
     (:func:`topk.records.provenance`)."""
@@ -126,53 +117,6 @@ def base_record(cfg: DictConfig, choices, run_provenance: dict) -> dict:
     }
 
 
-def build(node: DictConfig, group: str, *args, **kwargs):
-    """``hydra.utils.instantiate`` (then the partial it returns called with ``args``, for the
-    optimiser and the schedule), letting the framework's own one-sentence errors through and
-    turning a constructor's refusal of a value into one sentence naming the config group, and a
-    file or folder it cannot read into one naming that path (:func:`unreadable_sentence`)."""
-    try:
-        built = instantiate(node, **kwargs)
-        return built(*args) if args else built
-    except TopkError:
-        raise
-    except InstantiationException as error:
-        cause = error.__cause__
-        if isinstance(cause, TopkError) or (isinstance(cause, OSError) and cause.errno == errno.ENOSPC):
-            raise cause from None  # a full disk: main's sentence
-        if isinstance(cause, OSError) and cause.filename:
-            raise ConfigError(unreadable_sentence(cause, group)) from None
-        if not isinstance(cause, (ValueError, TypeError)):
-            raise
-        refusal = cause
-    except (ValueError, TypeError) as error:
-        refusal = error
-    raise ConfigError(f"{group} cannot be built ({refusal}); check the {group}.* values.") from None
-
-
-def unreadable_sentence(error: OSError, group: str) -> str:
-    """What to do about ``error``, a path that ``group``'s constructor could not read (a data
-    folder without read permission, for one): the path, why, and the fix. Permission denied
-    names the first folder on the way that this user cannot open, where the fix is needed."""
-    path = error.filename
-    if error.errno in (errno.EACCES, errno.EPERM):
-        path = first_closed_folder(Path(path)) or path
-        elsewhere = " or set dataset.root to a copy it can read" if group == "dataset" else ""
-        return (f"{path} cannot be read (permission denied), so {group} cannot be built; give your user "
-                f"read access to it (e.g. chmod -R a+rX {path}){elsewhere}.")
-    return (f"{path} cannot be read ({error.strerror or type(error).__name__}), so {group} cannot be built; "
-            f"check that path and the {group}.* values.")
-
-
-def first_closed_folder(path: Path) -> Path | None:
-    """The outermost folder on the way to ``path`` (``path`` included) that this user cannot
-    list or enter; ``None`` if there is none."""
-    for folder in [*reversed(path.absolute().parents), path.absolute()]:
-        if folder.is_dir() and not os.access(folder, os.R_OK | os.X_OK):
-            return folder
-    return None
-
-
 def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
     """One line saying what runs: data set, model, loss, K, epochs, device and processes."""
     choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
@@ -180,59 +124,6 @@ def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
     return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
             f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, k={cfg.k}, "
             f"{cfg.trainer.epochs} epochs, seed {cfg.seed}, device {device}{processes}")
-
-
-def check_study_k(k: int, num_classes: int) -> None:
-    """The top-level ``k`` (the K of the study, always reported) must not exceed the class count:
-    beyond it there is no top-K accuracy to report or select on."""
-    if k > num_classes:
-        raise ConfigError(f"k={k} is more than the {num_classes} classes of this data set, so there is "
-                          f"no top-{k} accuracy; choose k of at most {num_classes}.")
-
-
-def build_loss(node: DictConfig, splits) -> torch.nn.Module:
-    """The loss of ``loss.*`` with its class weights (``loss.weight``: null, balanced or a list,
-    :func:`topk.losses.weights.class_weight_vector`), given as ``weight=`` to the losses of topk,
-    which weigh their samples themselves. torch's cross-entropy is wrapped in
-    :class:`~topk.losses.weights.ClassWeighted` instead, so that a Mixup target weighs as in
-    every other loss (torch's own ``weight=`` divides such a mean by the batch size)."""
-    spec = OmegaConf.to_container(node, resolve=True).get("weight")
-    weight = class_weight_vector(spec, splits.class_counts, splits.num_classes)
-    ours = issubclass(get_class(node._target_), Loss)
-    given = {"weight": weight.tolist() if ours and weight is not None else None} if "weight" in node else {}
-    loss = build(node, "loss", **given, **data_arguments(node, splits))
-    check_num_classes_for_k(loss, splits.num_classes)
-    return loss if ours or weight is None else ClassWeighted(loss, weight)
-
-
-def data_arguments(node: DictConfig, splits) -> dict:
-    """What a loss or ``augment.mix`` asks for by name in its constructor, from the data:
-    ``class_counts`` of the training split (LDAM and noised imbalanced margins) and
-    ``num_classes`` (Mixup's one-hot targets). Losses know nothing of data sets (docs/design.md §2)."""
-    parameters = inspect.signature(get_class(node._target_)).parameters
-    available = {"class_counts": splits.class_counts, "num_classes": splits.num_classes}
-    return {
-        name: value for name, value in available.items()
-        if name in parameters and node.get(name) is None
-    }
-
-
-def schedule_arguments(node: DictConfig, train_batches) -> dict:
-    """The batches per epoch (``steps_per_epoch``, this process's share) for a schedule stepped
-    per batch (:mod:`topk.schedules`), which asks for it by name; nothing for the others."""
-    if "steps_per_epoch" in inspect.signature(get_class(node._target_)).parameters:
-        return {"steps_per_epoch": len(train_batches)}
-    return {}
-
-
-def build_augment(node: DictConfig, splits):
-    """The two parts of ``augment``: the per-image transforms of image data (``augment.images``,
-    for the training batches; null: none) and the batch -> target step (``augment.mix``, for
-    :func:`topk.engine.fit`; ``None`` when null, i.e. no mixing)."""
-    images, mix = node.get("images"), node.get("mix")
-    images = ImageAugmentation() if images is None else build(images, "augment.images")
-    mix = None if mix is None else build(mix, "augment.mix", **data_arguments(mix, splits))
-    return images, mix
 
 
 def check_output_dir(run_dir: Path) -> None:
@@ -247,58 +138,6 @@ def check_output_dir(run_dir: Path) -> None:
     misplaced = file_in_place_of_folder(run_dir)
     if misplaced is not None:
         raise ConfigError(f"{misplaced} with hydra.run.dir=... (or hydra.sweep.dir=... for -m).")
-
-
-def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, image_augment, normalize,
-                 distributed=dist_setup.SINGLE_PROCESS):
-    """The batches of split ``name``: in-memory tensors, or image files decoded by workers.
-
-    Training batches are shuffled per epoch and augmented; evaluation batches are only
-    normalised (and, for image files, resized and centre- or ten-cropped). With several
-    processes, each iterates over its share (``trainer.batch_size`` is the global batch).
-
-    ``trainer.limit_batches`` cuts training to its first batches of every epoch, already a random
-    sample since they are shuffled. Evaluation splits are often sorted by class, so their first
-    batches could hold one class only: a limit evaluates instead the class-stratified subset
-    :func:`evaluated_subset`, batched as usual (and shared among the processes as a whole split is).
-    """
-    limit = trainer.get("limit_batches")
-    split = getattr(splits, name)
-    if limit and name != "train":
-        split = evaluated_subset(split, int(limit), trainer.eval_batch_size, seed)
-    batches = _split_batches(splits, split, name, trainer, seed, device, image_augment, normalize, distributed)
-    return LimitedBatches(batches, int(limit)) if limit and name == "train" else batches
-
-
-def evaluated_subset(split, limit: int, eval_batch_size: int | None, seed: int):
-    """The part of an evaluation ``split`` that ``limit`` batches hold: ``limit * eval_batch_size``
-    samples, every class as evenly as that allows, drawn with the run's ``seed`` (the same subset
-    every epoch and every resume; :func:`topk.data.splits.stratified_indices`). The whole split
-    when it is no larger, or when ``eval_batch_size`` is null (one batch of the whole split)."""
-    if eval_batch_size is None or limit * eval_batch_size >= len(split):
-        return split
-    return split.subset(stratified_indices(split.y, limit * eval_batch_size, seed))
-
-
-def _split_batches(splits, split, name, trainer, seed, device, image_augment, normalize, distributed):
-    training = name == "train"
-    batch_size = trainer.batch_size if training else trainer.eval_batch_size
-    layout = channels_last if trainer.channels_last else None
-    shares = {"distributed": distributed, "pad": training}
-    if isinstance(split, ImageFileSplit):
-        on_device = image_augment.device_transform(normalize) if training else normalize
-        return ImageBatches(
-            split, batch_size, shuffle=training, seed=seed, device=device,
-            image_transform=splits.image_transform(training, image_augment.random_crop, image_augment.flip,
-                                                   ten_crop=name in ten_crop_splits(splits)),
-            device_transform=Compose(on_device, layout) if layout else on_device,
-            num_workers=int(trainer.num_workers), **shares,
-        )
-    transform = image_augment.train_transform(splits.input_shape, normalize) if training else normalize
-    return TensorBatches(
-        split, batch_size, shuffle=training and batch_size is not None, seed=seed, device=device,
-        transform=Compose(transform, layout) if layout else transform, **shares,
-    )
 
 
 def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> FitSettings:
@@ -325,19 +164,6 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
     )
 
 
-def ten_crop_splits(splits) -> tuple[str, ...]:
-    """The splits scored on ten crops: the test split where ``dataset.ten_crop`` (B18 §5.2 tests
-    on ten crops; its code selects the model on one centre crop of each validation image)."""
-    return ("test",) if isinstance(splits, ImageFileSplits) and splits.ten_crop else ()
-
-
-def eval_scores(splits) -> dict:
-    """How evaluation scores a batch, per split: ten crops per image combined through B18's
-    top-k marginals on :func:`ten_crop_splits`, the model's output elsewhere."""
-    multi_crop = partial(multi_crop_scores, marginal_k=getattr(splits, "marginal_k", 5))
-    return {split: multi_crop for split in ten_crop_splits(splits)}
-
-
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         distributed=dist_setup.SINGLE_PROCESS, device=None) -> dict:
     """Build everything from ``cfg``, train, and fill ``record``; returns the record.
@@ -357,29 +183,19 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         splits.record_run_facts(run_dir, record)
         log.info("%s: %s", run_dir, run_summary(cfg, splits, device, distributed))
     check_study_k(int(cfg.k), splits.num_classes)
-    loss_fn = build_loss(cfg.loss, splits)
+    loss_fn = build_loss(cfg.loss, splits).to(device)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
     check_validation_split(trainer, splits)
 
-    model = build(cfg.model, "model", num_classes=splits.num_classes, input_shape=splits.input_shape)
-    batch_norm = has_batch_norm(model)
-    check_batch_norm_batch(batch_norm, trainer.batch_size, len(splits.train), distributed)
-    model.to(device)
-    if trainer.channels_last:
-        model.to(memory_format=torch.channels_last)
-    if trainer.compile:
-        model = torch.compile(model)
-    if distributed.enabled:  # every process starts from rank 0's weights; gradients are averaged
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        # independent noise (noised losses), Mixup and augmentation draws in each process
+    model = build_model(cfg.model, splits, trainer, device, distributed)
+    if distributed.enabled:  # independent noise (noised losses), Mixup and augmentation draws in each process
         seed_everything(dist_setup.process_seed(seed, distributed))
-    loss_fn.to(device)
     optimizer = build(cfg.optim, "optim", model.parameters())
     image_augment, mix = build_augment(cfg.augment, splits)  # per-image transforms; batch -> target step
-    normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
+    normalize = normalisation(splits)
 
     train_batches = make_batches(splits, "train", trainer, seed, device, image_augment, normalize, distributed)
-    if batch_norm:
+    if has_batch_norm(model):
         train_batches = without_lone_last_batch(train_batches, len(splits.train), trainer.batch_size, distributed)
     scheduler = build(cfg.schedule, "schedule", optimizer, **schedule_arguments(cfg.schedule, train_batches))
     eval_batches = {
@@ -411,69 +227,6 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         write_hparams(tensorboard_dir(run_dir, settings.tensorboard_name), hyperparameters(record, override_keys),
                       final_metrics(record, "hparams/"), varied=override_keys)
     return record
-
-
-def check_validation_split(trainer: DictConfig, splits) -> None:
-    """Selecting on a validation metric (``trainer.selection_metric``, ``trainer.also_select_on``)
-    needs a validation split."""
-    if trainer.selection_metric.startswith("val/") and splits.val is None:
-        raise ConfigError(
-            f"trainer.selection_metric={trainer.selection_metric} needs a validation split, "
-            "and this data set configuration has none; use trainer.selection_metric=last or "
-            "give the data set a validation split."
-        )
-    if trainer.also_select_on and splits.val is None:
-        raise ConfigError(
-            f"trainer.also_select_on={list(trainer.also_select_on)} needs a validation split, and "
-            "this data set configuration has none; use trainer.also_select_on=[] or give the data "
-            "set a validation split."
-        )
-
-
-BATCH_NORM_LAYERS = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d, torch.nn.SyncBatchNorm)
-
-
-def has_batch_norm(model: torch.nn.Module) -> bool:
-    """Whether ``model`` has a BatchNorm layer: in training it normalises each batch by the
-    batch's own mean and variance, which a batch of one sample does not have."""
-    return any(isinstance(module, BATCH_NORM_LAYERS) for module in model.modules())
-
-
-def check_batch_norm_batch(batch_norm: bool, batch_size: int | None, train_size: int, distributed) -> None:
-    """A model with BatchNorm (``batch_norm``) cannot train on batches of one sample per process:
-    one sentence before training, rather than torch's error in the first batch (where a layer's
-    output is one value per channel) or, on larger feature maps, every batch normalised by one
-    sample's statistics. A last batch of one is left out instead (:func:`without_lone_last_batch`)."""
-    per_process = (dist_setup.local_batch_size(batch_size, distributed)
-                   or dist_setup.shard_size(train_size, distributed, pad=True))
-    if not batch_norm or per_process >= 2:
-        return
-    batch = "the full batch" if batch_size is None else f"trainer.batch_size={batch_size}"
-    processes = f" over {distributed.world_size} processes" if distributed.enabled else ""
-    raise ConfigError(
-        f"{batch}{processes} trains the model's BatchNorm layers on one sample per batch, and "
-        "BatchNorm normalises by a batch's statistics, which need at least 2 samples; choose "
-        f"trainer.batch_size={2 * distributed.world_size} or more, or a model without BatchNorm."
-    )
-
-
-def without_lone_last_batch(batches, train_size: int, batch_size: int | None, distributed):
-    """The training ``batches`` of a model with BatchNorm without their last batch when it would
-    hold a single sample (the training set's size is one more than a multiple of the batch):
-    BatchNorm cannot normalise it. Each epoch then trains on all samples but one, a different
-    one every epoch since the batches are shuffled; the log says so once. The batches as they
-    are otherwise (no such batch, or ``trainer.limit_batches`` stops before it)."""
-    per_process = dist_setup.local_batch_size(batch_size, distributed)
-    shard = dist_setup.shard_size(train_size, distributed, pad=True)
-    full = -(-shard // per_process) if per_process else 1
-    if not per_process or shard % per_process != 1 or full < 2 or len(batches) < full:
-        return batches
-    if distributed.is_main:
-        log.info("the %d training samples leave a last batch of one sample%s (trainer.batch_size=%d), which "
-                 "BatchNorm cannot normalise: each epoch leaves it out, a different sample every epoch "
-                 "as the batches are shuffled", train_size, " per process" if distributed.enabled else "",
-                 batch_size)
-    return LimitedBatches(batches, full - 1)
 
 
 def record_result(record: dict, result, splits, distributed) -> None:
@@ -777,7 +530,7 @@ EVAL_OPTIONS = {"+eval_split": "--split", "+eval_checkpoint": "--checkpoint", "+
 
 def evaluation_argv(args: list[str]) -> list[str] | None:
     """``python train.py +eval=<run dir> [+eval_split=val,test] [+eval_checkpoint=last]
-    [+eval_out=PATH] [key=value ...]`` as ``scripts/evaluate.py``'s arguments (the ``key=value``
+    [+eval_out=PATH] [key=value ...]`` as :func:`topk.evaluate.main`'s arguments (the ``key=value``
     change the evaluated run's own configuration); ``None`` without ``+eval=``. An evaluation is
     no training run: Hydra does not start, and no run directory is made."""
     run = [arg.split("=", 1)[1] for arg in args if arg.startswith("+eval=")]
@@ -809,15 +562,16 @@ def exit_with_help_if_asked(argv: list[str]) -> None:
 
 def cli() -> None:
     """``python train.py ...``: the command line checked against the schema, then :func:`main`;
-    with ``+eval=<run dir>``, ``scripts/evaluate.py`` instead (:func:`evaluation_argv`).
+    with ``+eval=<run dir>``, :mod:`topk.evaluate` instead (:func:`evaluation_argv`).
 
     Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too.
     Once a run or sweep has stopped (exit 130), further ones are ignored while the process ends:
     a second SIGTERM close behind the first (SLURM, ``timeout``) would otherwise kill it with 143
     as its image-decoding workers shut down, although everything is already saved."""
     if (evaluation := evaluation_argv(sys.argv[1:])) is not None:
-        script = Path(__file__).resolve().parent / "scripts" / "evaluate.py"
-        sys.exit(runpy.run_path(str(script), run_name="evaluate")["main"](evaluation))
+        from topk.evaluate import main as evaluate
+
+        sys.exit(evaluate(evaluation))
     exit_with_help_if_asked(sys.argv[1:])
     exit_on_composition_problem(sys.argv[1:])
     # Under torchrun, the processes after the first leave Hydra's files to the first.

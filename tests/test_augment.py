@@ -54,21 +54,21 @@ def test_torchvision_mixup_takes_only_image_batches():
 
 
 def test_mixup_option_builds_both_parts_and_the_others_no_mix():
-    import train
     from conftest import compose_config
+    from topk import build as builder
     from topk.data.circles import circles
 
     splits = circles(seed=0, train_per_class=7)
-    images, mix = train.build_augment(compose_config(["augment=mixup"]).augment, splits)
+    images, mix = builder.build_augment(compose_config(["augment=mixup"]).augment, splits)
     assert isinstance(images, ImageAugmentation) and not images.needs_images
     assert isinstance(mix, Mixup) and (mix.num_classes, mix.alpha) == (6, 1.0)
     for option in ("none", "standard", "cutout"):
-        images, mix = train.build_augment(compose_config([f"augment={option}"]).augment, splits)
+        images, mix = builder.build_augment(compose_config([f"augment={option}"]).augment, splits)
         assert isinstance(images, ImageAugmentation) and mix is None
-    images, mix = train.build_augment(compose_config(["augment=mixup", "augment.mix.alpha=0.4"]).augment, splits)
+    images, mix = builder.build_augment(compose_config(["augment=mixup", "augment.mix.alpha=0.4"]).augment, splits)
     assert mix.alpha == 0.4
     with pytest.raises(ConfigError, match=r"augment\.mix\.alpha must be > 0, got 0"):
-        train.build_augment(compose_config(["augment=mixup", "augment.mix.alpha=0"]).augment, splits)
+        builder.build_augment(compose_config(["augment=mixup", "augment.mix.alpha=0"]).augment, splits)
 
 
 def test_image_augmentation_crops_then_normalises_then_cuts_out():

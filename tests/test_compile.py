@@ -23,9 +23,9 @@ import pytest
 import torch
 from hydra.utils import instantiate
 
-import train
 from conftest import CONF, ROOT, compose_config
 from helpers import mixup_target, value_and_grad
+from topk import build as builder
 from topk.distributed import Distributed
 from topk.engine import STOP_CHECK_EVERY, train_one_epoch
 from topk.errors import NonFiniteLossError
@@ -59,7 +59,7 @@ def build_loss(name: str):
     """The loss of ``conf/loss/<name>.yaml`` as ``train.py`` builds it (k = 5), for CLASSES classes."""
     node = compose_config([f"loss={name}"]).loss
     splits = SimpleNamespace(class_counts=[3 * c + 2 for c in range(CLASSES)], num_classes=CLASSES)
-    return instantiate(node, **train.data_arguments(node, splits))
+    return instantiate(node, **builder.data_arguments(node, splits))
 
 
 def seeded_value_and_grad(loss_fn, scores, target):

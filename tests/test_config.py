@@ -7,8 +7,8 @@ import torch
 from hydra.errors import MissingConfigException
 from hydra.utils import instantiate
 
-import train
 from conftest import CONF, compose_config
+from topk import build as builder
 from topk.data.augment import NoMix
 from topk.data.transforms import Normalize
 
@@ -46,12 +46,12 @@ def test_every_option_composes_and_instantiates(group, option, data_roots):
         model = instantiate(compose_config(["model=mlp"]).model, num_classes=splits.num_classes,
                             input_shape=splits.input_shape)
     loss_node = cfg.loss
-    loss = instantiate(loss_node, **train.data_arguments(loss_node, splits))
+    loss = instantiate(loss_node, **builder.data_arguments(loss_node, splits))
     optimizer = instantiate(cfg.optim)(model.parameters())
-    images, mix = train.build_augment(cfg.augment, splits)
+    images, mix = builder.build_augment(cfg.augment, splits)
     normalize = Normalize(splits.mean, splits.std) if splits.mean is not None else None
-    batches = train.make_batches(splits, "train", cfg.trainer, 0, "cpu", images, normalize)
-    scheduler = instantiate(cfg.schedule, **train.schedule_arguments(cfg.schedule, batches))(optimizer)
+    batches = builder.make_batches(splits, "train", cfg.trainer, 0, "cpu", images, normalize)
+    scheduler = instantiate(cfg.schedule, **builder.schedule_arguments(cfg.schedule, batches))(optimizer)
     batches.set_epoch(1)
     inputs, labels = next(iter(batches))
     inputs, target = (mix or NoMix())(inputs[:8], labels[:8])

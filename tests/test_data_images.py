@@ -135,11 +135,11 @@ def test_imagenet_ten_crop_batches_have_ten_crops(tiny_imagenet):
 def composed_train_transform(overrides):
     """The training images' per-image transform, built from the composed config as train.py
     builds it (data set, then ``augment.images``)."""
-    import train
+    from topk import build as builder
 
     cfg = compose_config(overrides)
-    splits = train.build(cfg.dataset, "dataset", seed=0)
-    image_augment, _ = train.build_augment(cfg.augment, splits)
+    splits = builder.build(cfg.dataset, "dataset", seed=0)
+    image_augment, _ = builder.build_augment(cfg.augment, splits)
     return splits.image_transform(True, image_augment.random_crop, image_augment.flip)
 
 

@@ -9,20 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import runpy
 from pathlib import Path
 
 import pytest
 from test_faults import run_as_typed, run_main
 
-from conftest import ROOT
-
-SCRIPT = ROOT / "scripts" / "evaluate.py"
-
 
 @pytest.fixture(scope="module")
 def evaluate():
-    return runpy.run_path(str(SCRIPT), run_name="evaluate")["main"]
+    from topk.evaluate import main
+
+    return main
 
 
 def fingerprint(run_dir):

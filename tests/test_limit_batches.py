@@ -7,8 +7,8 @@ import pytest
 import torch
 from image_data import write_plantnet
 
-import train
 from conftest import compose_config, run_in_process
+from topk import build as builder
 from topk.data.augment import ImageAugmentation
 from topk.data.circles import circles
 from topk.data.splits import stratified_indices
@@ -40,7 +40,7 @@ def test_stratified_indices_are_everything_when_the_count_is_the_size_or_more():
 def evaluation_batches(overrides, distributed=Distributed()):
     cfg = compose_config(overrides)
     splits = circles(seed=0, test_per_class=20)
-    return train.make_batches(splits, "test", cfg.trainer, 0, "cpu", ImageAugmentation(), None, distributed)
+    return builder.make_batches(splits, "test", cfg.trainer, 0, "cpu", ImageAugmentation(), None, distributed)
 
 
 def test_a_limit_evaluates_the_same_stratified_subset_every_epoch():

@@ -183,7 +183,7 @@ TOP_K_CLASSES = [CalibratedTopKHingeLoss, ConvexTopKHingeLoss, TopKHingeLoss, Sm
 @pytest.mark.parametrize("loss_class", [*TOP_K_CLASSES, NoisedImbalancedTopKHingeLoss], ids=lambda c: c.__name__)
 def test_k_must_be_a_whole_number_of_at_least_1(loss_class, bad):
     """Refused in one sentence naming the argument (not inside torch.topk at the first call), a
-    plain ValueError, which train.build wraps in a sentence naming the config group."""
+    plain ValueError, which topk.build.build wraps in a sentence naming the config group."""
     extra = {"class_counts": CLASS_COUNTS} if loss_class is NoisedImbalancedTopKHingeLoss else {}
     with pytest.raises(ValueError, match=rf"^k must be a whole number of at least 1, got {bad!r}$") as refused:
         loss_class(k=bad, **extra)
@@ -216,13 +216,13 @@ def test_other_arguments_are_named(arguments, message):
      r"^loss cannot be built \(sorter must be one of .*, got 'quicksort'\); check the loss.\* values.$"),
 ])
 def test_train_names_the_config_group_around_the_argument(node, message):
-    """The training script's one sentence: the constructor's, inside train.build's naming loss.*."""
+    """The training script's one sentence: the constructor's, inside topk.build.build's naming loss.*."""
     from omegaconf import OmegaConf
 
-    import train
+    from topk import build as builder
 
     with pytest.raises(ConfigError, match=message):
-        train.build(OmegaConf.create(node), "loss")
+        builder.build(OmegaConf.create(node), "loss")
 
 
 def test_train_checks_the_class_count_with_config_keys():

@@ -97,10 +97,10 @@ def test_a_last_training_batch_of_one_sample_is_left_out_with_batch_norm(tmp_pat
 
 
 def test_only_a_lone_last_batch_is_left_out():
-    """:func:`train.without_lone_last_batch` on in-memory batches: 9 samples in batches of 4 give
+    """:func:`builder.without_lone_last_batch` on in-memory batches: 9 samples in batches of 4 give
     2 batches of 4 (a different sample left out each epoch); 10 samples keep their last batch
     of 2, and a limit that stops before the last batch is kept as it is."""
-    import train
+    from topk import build as builder
     from topk.data import TensorBatches
     from topk.data.batches import LimitedBatches
     from topk.data.splits import TensorSplit
@@ -110,7 +110,7 @@ def test_only_a_lone_last_batch_is_left_out():
         split = TensorSplit(torch.arange(size, dtype=torch.float32)[:, None], torch.arange(size))
         made = TensorBatches(split, 4, shuffle=True, seed=0)
         made = LimitedBatches(made, limit) if limit else made
-        return train.without_lone_last_batch(made, size, 4, SINGLE_PROCESS)
+        return builder.without_lone_last_batch(made, size, 4, SINGLE_PROCESS)
 
     nine = batches(9)
     left_out = set()

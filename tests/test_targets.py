@@ -59,15 +59,15 @@ def test_the_range_left_to_the_gather_is_refused_there_in_the_same_sentence(bad)
 
 
 def test_train_passes_data_arguments_only_to_constructors_that_ask():
-    import train
+    from topk import build as builder
     from topk.data.circles import circles
 
     splits = circles(seed=0, train_per_class=7)
-    assert train.data_arguments(compose_config(["loss=ce"]).loss, splits) == {}
-    assert train.data_arguments(compose_config(["loss=topk_group"]).loss, splits) == {}
+    assert builder.data_arguments(compose_config(["loss=ce"]).loss, splits) == {}
+    assert builder.data_arguments(compose_config(["loss=topk_group"]).loss, splits) == {}
     for loss in ("ldam", "noised_imbal"):
-        arguments = train.data_arguments(compose_config([f"loss={loss}"]).loss, splits)
+        arguments = builder.data_arguments(compose_config([f"loss={loss}"]).loss, splits)
         assert arguments == {"class_counts": [7] * 6}
     mixup = compose_config(["augment=mixup"]).augment
-    assert train.data_arguments(mixup.mix, splits) == {"num_classes": 6}
-    assert train.data_arguments(mixup.images, splits) == {}
+    assert builder.data_arguments(mixup.mix, splits) == {"num_classes": 6}
+    assert builder.data_arguments(mixup.images, splits) == {}

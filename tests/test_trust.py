@@ -28,7 +28,7 @@ from hydra.utils import instantiate
 from omegaconf import OmegaConf
 from test_faults import assert_one_sentence, run_as_typed, run_main, snapshot
 
-from conftest import CONF, ROOT, run_cli
+from conftest import CONF, run_cli
 from topk.schema.store import offered, search_path
 from topk.schema.targets import Offered, first_outside, offers_of
 
@@ -225,12 +225,12 @@ def test_every_callable_is_found_at_any_depth_and_interpolations_offer_none():
 # ---- what +eval said with a traceback or a bare [Errno ...] ---------------------------------------------
 
 def evaluate_main(argv) -> tuple[int, str]:
-    """``scripts/evaluate.py ARGV`` in this process: ``(exit code, stderr)``."""
-    import runpy
+    """``scripts/evaluate.py ARGV`` (:func:`topk.evaluate.main`) in this process: ``(exit code, stderr)``."""
+    from topk.evaluate import main
 
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
-        code = runpy.run_path(str(ROOT / "scripts" / "evaluate.py"), run_name="evaluate")["main"](argv)
+        code = main(argv)
     return code, stderr.getvalue()
 
 
@@ -338,8 +338,8 @@ def test_a_full_disk_leaves_no_eval_json_and_the_retry_works(run, monkeypatch):
 def test_a_cifar100_file_that_carries_code_is_refused_before_it_runs(tmp_path):
     """A run's ``dataset.root`` may point anywhere, even into the run directory: the release is
     unpickled with only the globals it holds (numpy arrays), so a crafted file runs nothing."""
-    import train
     from conftest import compose_config, write_tiny_cifar100
+    from topk import build as builder
     from topk.errors import DataError
 
     root, marker = write_tiny_cifar100(tmp_path / "data"), tmp_path / "code_ran"
@@ -351,7 +351,7 @@ def test_a_cifar100_file_that_carries_code_is_refused_before_it_runs(tmp_path):
     cfg = compose_config(["dataset=cifar100", f"dataset.root={root}", "dataset.val_size=100"])
     with pytest.raises(DataError, match=r"train is not a readable CIFAR-100 python pickle \(UnpicklingError: it "
                        r"names \S+, which the release never holds and is not called\)"):
-        train.build(cfg.dataset, "dataset", seed=0)
+        builder.build(cfg.dataset, "dataset", seed=0)
     assert not marker.exists()
     pickle.loads(pickle.dumps(RunsCode(marker)))  # the control: unpickled freely, it runs
     assert marker.exists()
