@@ -6,15 +6,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import os
 from pathlib import Path
 
 from hydra import compose, initialize_config_dir
 from hydra.core.global_hydra import GlobalHydra
-from hydra.utils import get_class, instantiate
+from omegaconf import DictConfig, OmegaConf
 
+from topk.build import DataFacts, build_loss
 from topk.schema.store import register
 
 ROOT = Path(__file__).resolve().parents[2]  # the repository: conf/, train.py, outputs/
@@ -43,14 +43,11 @@ def conf_options(group: str) -> list[str]:
 
 
 def loss_with_data(node, class_counts=None, num_classes: int | None = None):
-    """The loss of the config ``node``, given the data values its constructor asks for by name
-    and its config leaves null (``class_counts``: LDAM's and the noised imbalanced margins), the
-    rule of ``train.data_arguments`` (docs/design.md §2)."""
-    parameters = inspect.signature(get_class(node["_target_"])).parameters
-    available = {"class_counts": class_counts, "num_classes": num_classes}
-    extra = {name: value for name, value in available.items()
-             if value is not None and name in parameters and node.get(name) is None}
-    return instantiate(node, **extra)
+    """The loss of the config ``node`` (a mapping, resolved or not), built as ``train.py`` builds
+    it (:func:`topk.build.build_loss`) for ``num_classes`` classes of ``class_counts`` samples
+    each: the data values its constructor asks for by name come from them (docs/design.md §2)."""
+    node = node if isinstance(node, DictConfig) else OmegaConf.create(node)
+    return build_loss(node, DataFacts(num_classes, class_counts))
 
 
 def made_up_class_counts(num_classes: int) -> list[int]:
