@@ -57,10 +57,11 @@ log = logging.getLogger("train")
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
-def compose(overrides=(), config_dir: Path = CONF_DIR) -> DictConfig:
-    """``conf/train.yaml`` with ``overrides`` (``["loss=ce", "trainer.epochs=3"]``), composed as
-    ``train.py`` composes it (the schemas registered, :func:`topk.schema.store.register`), for a
-    notebook or a script; not inside a running Hydra job, whose global state it resets."""
+def compose(overrides=(), config_dir: Path | None = None) -> DictConfig:
+    """``conf/train.yaml`` (of the repository, or of ``config_dir``) with ``overrides``
+    (``["loss=ce", "trainer.epochs=3"]``), composed as ``train.py`` composes it (the schemas
+    registered, :func:`topk.schema.store.register`), for a notebook or a script; not inside a
+    running Hydra job, whose global state it resets."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -69,7 +70,7 @@ def compose(overrides=(), config_dir: Path = CONF_DIR) -> DictConfig:
 
     register()
     GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(config_dir or CONF_DIR), version_base="1.3"):
         return hydra_compose("train", overrides=list(overrides))
 
 
