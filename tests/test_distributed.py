@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 from image_data import write_folder_split
+from test_faults import run_main
 
-from conftest import ROOT, compose_config, run_cli
+from conftest import ROOT, compose_config
 from topk.data.batches import TensorBatches, epoch_seed
 from topk.data.images import EpochSampler
 from topk.data.splits import TensorSplit
@@ -194,8 +195,9 @@ def assert_same_test_metrics(got: dict, expected: dict):
 
 
 def single_process(run_dir, overrides):
-    result = run_cli([*overrides, "trainer.num_threads=1", f"hydra.run.dir={run_dir}"])
-    assert result.returncode == 0, result.stderr[-2000:]
+    """The reference: ``train.py`` without torchrun, in this process."""
+    code, stderr = run_main([*overrides, "trainer.num_threads=1", f"hydra.run.dir={run_dir}"], quick=False)
+    assert code == 0, stderr[-2000:]
     return record(run_dir)
 
 

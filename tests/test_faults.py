@@ -432,8 +432,9 @@ def test_sigterm_to_the_process_group_with_data_workers_is_interrupted_and_resum
     record = strict_record(stopped)
     assert record["status"] == "interrupted" and record["provenance"]["ended_utc"]
     assert not (stopped / "run.lock").exists()
-    assert run_cli([*args, f"hydra.run.dir={stopped}", "trainer.resume=true"]).returncode == 0
-    assert run_cli([*args, f"hydra.run.dir={tmp_path / 'whole'}"]).returncode == 0
+    # the resume and the run never stopped: train.py in this process
+    assert run_main([*args, f"hydra.run.dir={stopped}", "trainer.resume=true"], quick=False)[0] == 0
+    assert run_main([*args, f"hydra.run.dir={tmp_path / 'whole'}"], quick=False)[0] == 0
     columns = ["epoch", "lr", "train/loss", "train/top1", "val/top1", "test/top1"]
     resumed = pd.read_csv(stopped / "history.csv")[columns]
     whole = pd.read_csv(tmp_path / "whole" / "history.csv")[columns]

@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_faults import run_main
 
-from conftest import ROOT, run_cli, run_in_process
+from conftest import ROOT, run_in_process
 from topk.engine import RunInterrupted, check_selection_metric
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.records import read_results, validate_results
@@ -376,9 +376,10 @@ def test_sigterm_writes_interrupted_and_the_run_resumes(tmp_path):
     assert record["status"] == "interrupted"
     resume_epoch = int(record["error"].split("after epoch ")[1])
     assert resume_epoch >= 1
-    finish = run_cli([*args[:2], f"trainer.epochs={resume_epoch + 2}", "trainer.resume=true",
-                      "trainer.progress=false"])
-    assert finish.returncode == 0, finish.stderr
+    # the resume: train.py in this process
+    code, stderr = run_main([*args[:2], f"trainer.epochs={resume_epoch + 2}", "trainer.resume=true",
+                             "trainer.progress=false"], quick=False)
+    assert code == 0, stderr
     record = json.loads((run_dir / "results.json").read_text())
     assert record["status"] == "completed" and record["best_epoch"] == resume_epoch + 2
     assert len(pd.read_csv(run_dir / "history.csv")) == resume_epoch + 2
