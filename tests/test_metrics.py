@@ -12,11 +12,12 @@ import torch
 
 from topk.data import TensorBatches
 from topk.data.splits import TensorSplit
-from topk.engine import average_k_metrics, evaluate_splits, metric_names
+from topk.engine import evaluate_splits, metric_names
 from topk.losses.targets import NonFiniteScoresError
 from topk.metrics import (
     AverageKAccumulator,
     TopKAccumulator,
+    average_k_metrics,
     average_k_thresholds,
     clip_ks,
     largest_probabilities,

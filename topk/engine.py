@@ -49,14 +49,7 @@ from topk.distributed import SINGLE_PROCESS, Distributed
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError, RunRefused
 from topk.functional import topk_marginals
 from topk.gradients import NonZeroGradients
-from topk.metrics import (
-    AverageKAccumulator,
-    TopKAccumulator,
-    average_k_accuracies,
-    average_k_thresholds,
-    clip_ks,
-    largest_probabilities,
-)
+from topk.metrics import AverageKAccumulator, TopKAccumulator, average_k_metrics, clip_ks
 from topk.precision import MixedPrecision, unwrap
 from topk.progress import BatchMeter, Progress
 from topk.records import TensorBoardScalars, tensorboard_dir, write_atomically, write_history
@@ -244,7 +237,7 @@ def resolve_device(name: str) -> torch.device:
 def metric_names(ks: list[int], groups=(), average_k: bool = True) -> list[str]:
     """The metrics an evaluated split reports; ``avg{k}`` and ``macro_avg{k}`` only with
     ``average_k``, i.e. when the run evaluates a ``val`` split, whose probabilities set their
-    threshold (:func:`average_k_metrics`)."""
+    threshold (:func:`topk.metrics.average_k_metrics`)."""
     names = ["loss"] + [f"top{k}" for k in ks] + [f"macro_top{k}" for k in ks]
     if average_k:
         names += [f"avg{k}" for k in ks] + [f"macro_avg{k}" for k in ks]
@@ -395,7 +388,7 @@ def evaluate(
     ``class_groups`` adds ``{group}_top{k}`` accuracies; scores are autocast as in training and
     taken in float32. With several processes each evaluates its share of the split and the counts
     and loss sums are added up over processes (exact). ``average_k``, when given, collects the
-    same scores' probabilities for :func:`average_k_metrics` (this process's share).
+    same scores' probabilities for :func:`topk.metrics.average_k_metrics` (this process's share).
     """
     precision = precision or MixedPrecision()
     model.eval()
@@ -429,7 +422,7 @@ def evaluate_splits(
     ``scores_of[split]`` (:func:`multi_crop_scores` for ten-crop test images), else by
     :func:`model_scores`. With a ``val``
     split, every split's metrics hold ``avg{k}`` and ``macro_avg{k}`` too, at the threshold the
-    ``val`` split sets (:func:`average_k_metrics`); without one they are absent."""
+    ``val`` split sets (:func:`topk.metrics.average_k_metrics`); without one they are absent."""
     device, collected = next(model.parameters()).device, {}
     if "val" in eval_batches:  # average-k accuracy needs the val split's threshold
         collected = {split: AverageKAccumulator(split == "val", device) for split in eval_batches}
@@ -441,47 +434,6 @@ def evaluate_splits(
     for split, metrics in average_k_metrics(collected, ks, num_classes, distributed).items():
         evaluations[split][0].update(metrics)
     return evaluations
-
-
-def average_k_metrics(collected: Mapping[str, AverageKAccumulator], ks, num_classes: int,
-                      distributed: Distributed = SINGLE_PROCESS) -> dict[str, dict[str, float]]:
-    """``{split: {avg{k}, macro_avg{k}}}``: average-k accuracies (Garcin et al. 2021,
-    "Pl@ntNet-300K: a plant image dataset with high label ambiguity and a long-tailed
-    distribution", NeurIPS Datasets and Benchmarks) of every split in ``collected``, at the
-    thresholds ``λ_k`` that ``collected["val"]`` sets (:func:`validation_thresholds`). Empty
-    without a ``val`` split, or with an empty one: average-k accuracy is never computed from a
-    split's own threshold. Hits are counted per process and summed over processes (exact)."""
-    ks = clip_ks(ks, num_classes)
-    thresholds = validation_thresholds(collected["val"], ks, distributed) if "val" in collected else None
-    if thresholds is None:
-        return {}
-    metrics = {}
-    for split, accumulator in collected.items():
-        hits, totals = accumulator.hits(thresholds, num_classes)
-        distributed.sum_(hits)
-        distributed.sum_(totals)
-        metrics[split] = average_k_accuracies(hits, totals, ks)
-    return metrics
-
-
-def validation_thresholds(val: AverageKAccumulator, ks, distributed: Distributed) -> torch.Tensor | None:
-    """``λ_k`` for each k (:func:`topk.metrics.average_k_thresholds`), the same in every process;
-    ``None`` when the split has no sample.
-
-    ``N`` is the number of validation samples over all processes. Each process contributes the
-    ``N·max(ks)`` largest probabilities of its share (all of them when it holds fewer), and every
-    process gathers all contributions (:meth:`Distributed.gather_concat`): they hold the
-    ``N·max(ks)`` largest overall, so the threshold is exact; in float32 they take at most
-    ``4·min(N·n, P·N·max(ks))`` bytes in each of ``P`` processes (n classes). With several
-    processes the host reads ``N`` and the gathered lengths, once per evaluation."""
-    sample_count = val.sample_count
-    if distributed.enabled:
-        count = torch.tensor(sample_count, dtype=torch.int64, device=val.device)
-        sample_count = int(distributed.sum_(count).item())
-    if sample_count == 0:
-        return None
-    candidates = largest_probabilities(val.probabilities(), sample_count * max(ks))
-    return average_k_thresholds(distributed.gather_concat(candidates), sample_count, ks)
 
 
 def metric_columns(evaluations: Mapping[str, tuple]) -> dict[str, float]:

@@ -11,7 +11,11 @@ the sets ``{j : softmax(s)_j ≥ λ_k}`` hold k labels on average there (``λ_k`
 largest of the ``N·n`` validation probabilities); a split's ``avg{k}`` is the percentage of its
 samples with ``softmax(s)_y ≥ λ_k``, ``macro_avg{k}`` the mean over its classes of that
 percentage per class (:class:`AverageKAccumulator`, :func:`average_k_thresholds`,
-:func:`average_k_accuracies`).
+:func:`average_k_accuracies`). :func:`average_k_metrics` computes them for every evaluated split at
+the ``val`` split's thresholds, over all processes (:func:`validation_thresholds` gathers the
+largest validation probabilities of each): it lives here rather than in :mod:`topk.distributed`
+because the threshold is the metric's definition, and :mod:`topk.distributed` only supplies the
+sums and the gather (a reader of the metric finds all of it in one place).
 
 **Inputs**, the losses' contract (:mod:`topk.losses.targets`, whose checks are reused here):
 ``scores`` a floating-point ``[batch, classes]`` matrix with at least one sample; ``labels``
@@ -46,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import torch
 
+from topk.distributed import SINGLE_PROCESS, Distributed
 from topk.functional.arguments import whole_number
 from topk.losses.targets import NonFiniteScoresError, check_label_range, check_labels, check_scores
 
@@ -311,6 +316,47 @@ def average_k_accuracies(hits: torch.Tensor, totals: torch.Tensor, ks: Sequence[
     over processes): the samples whose label is in its average-k set, over all samples and
     averaged over the classes present in the split."""
     return accuracy_percentages(hits, totals, ks, "avg")
+
+
+def average_k_metrics(collected: Mapping[str, AverageKAccumulator], ks, num_classes: int,
+                      distributed: Distributed = SINGLE_PROCESS) -> dict[str, dict[str, float]]:
+    """``{split: {avg{k}, macro_avg{k}}}``: average-k accuracies (Garcin et al. 2021,
+    "Pl@ntNet-300K: a plant image dataset with high label ambiguity and a long-tailed
+    distribution", NeurIPS Datasets and Benchmarks) of every split in ``collected``, at the
+    thresholds ``λ_k`` that ``collected["val"]`` sets (:func:`validation_thresholds`). Empty
+    without a ``val`` split, or with an empty one: average-k accuracy is never computed from a
+    split's own threshold. Hits are counted per process and summed over processes (exact)."""
+    ks = clip_ks(ks, num_classes)
+    thresholds = validation_thresholds(collected["val"], ks, distributed) if "val" in collected else None
+    if thresholds is None:
+        return {}
+    metrics = {}
+    for split, accumulator in collected.items():
+        hits, totals = accumulator.hits(thresholds, num_classes)
+        distributed.sum_(hits)
+        distributed.sum_(totals)
+        metrics[split] = average_k_accuracies(hits, totals, ks)
+    return metrics
+
+
+def validation_thresholds(val: AverageKAccumulator, ks, distributed: Distributed) -> torch.Tensor | None:
+    """``λ_k`` for each k (:func:`average_k_thresholds`), the same in every process;
+    ``None`` when the split has no sample.
+
+    ``N`` is the number of validation samples over all processes. Each process contributes the
+    ``N·max(ks)`` largest probabilities of its share (all of them when it holds fewer), and every
+    process gathers all contributions (:meth:`topk.distributed.Distributed.gather_concat`): they hold the
+    ``N·max(ks)`` largest overall, so the threshold is exact; in float32 they take at most
+    ``4·min(N·n, P·N·max(ks))`` bytes in each of ``P`` processes (n classes). With several
+    processes the host reads ``N`` and the gathered lengths, once per evaluation."""
+    sample_count = val.sample_count
+    if distributed.enabled:
+        count = torch.tensor(sample_count, dtype=torch.int64, device=val.device)
+        sample_count = int(distributed.sum_(count).item())
+    if sample_count == 0:
+        return None
+    candidates = largest_probabilities(val.probabilities(), sample_count * max(ks))
+    return average_k_thresholds(distributed.gather_concat(candidates), sample_count, ks)
 
 
 def metric_at_k(metric: str, k: int) -> str:
