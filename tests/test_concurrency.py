@@ -2,8 +2,8 @@
 its directory before Hydra writes there, a second sweep or a resume while it runs is refused in
 one sentence naming the live one, two sweeps started together on the default directory each get
 their own, two jobs of one sweep never share a folder, two resumes of one run never mix, a stale
-lock (its pid gone, or reused since) is taken over, and a full disk in a sweep ends in a summary
-with no temporary file left. Each refusal is checked byte for byte: nothing is lost or rewritten."""
+lock (its pid gone, or reused since) is taken over, and a full disk in a sweep (one writer, run in
+this process) ends in a summary with no temporary file left. Each refusal is checked byte for byte: nothing is lost or rewritten."""
 
 from __future__ import annotations
 
@@ -179,12 +179,11 @@ def fill(disk: Path, leave: int) -> None:
 def test_a_full_disk_in_a_sweep_ends_in_a_summary_with_no_temporary_file(small_disk):
     fill(small_disk, 48 * 1024)
     sweep_dir = small_disk / "sweep"
-    process = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", "seed=0,1,2", f"hydra.sweep.dir={sweep_dir}", *QUICK],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert process.returncode == 1 and "Traceback" not in process.stderr, process.stderr
-    errors = [line for line in process.stderr.splitlines() if line.startswith("Error")]
-    assert errors and all("no space is left on the device" in line for line in errors[:-1]), process.stderr
-    assert f"Sweep {sweep_dir}: " in process.stderr
+    # one writer: the sweep runs train.py's entry point in this process (with QUICK)
+    code, stderr = run_main(["-m", "seed=0,1,2", f"hydra.sweep.dir={sweep_dir}"])
+    assert code == 1 and "Traceback" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("Error")]
+    assert errors and all("no space is left on the device" in line for line in errors[:-1]), stderr
+    assert f"Sweep {sweep_dir}: " in stderr
     assert not [path for path in sweep_dir.rglob("*") if path.name.endswith(".tmp")]
     assert not (sweep_dir / "sweep.lock").exists()
