@@ -17,13 +17,13 @@ from conftest import ROOT, compose_config
 from topk.records import find_results, read_results
 
 
-def test_submitit_local_sweep_writes_every_record(tmp_path):
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), "-m", "hydra/launcher=submitit_local", "seed=0,1",
-         "trainer.epochs=2", "trainer.progress=false", f"hydra.sweep.dir={tmp_path}"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
+def test_submitit_local_sweep_writes_every_record(tmp_path, monkeypatch):
+    # train.py's entry point in this process, typed in the repository (submitit starts each job as
+    # a process of its own there, which imports train.py's module)
+    monkeypatch.chdir(ROOT)
+    code, stderr = run_main(["-m", "hydra/launcher=submitit_local", "seed=0,1", "trainer.epochs=2",
+                             "trainer.progress=false", f"hydra.sweep.dir={tmp_path}"], quick=False)
+    assert code == 0, stderr[-2000:]
     records = find_results(tmp_path)
     assert sorted(record["seed"] for record in records) == [0, 1]
     assert {record["status"] for record in records} == {"completed"}
