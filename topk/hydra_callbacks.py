@@ -254,10 +254,10 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
     """The overrides of each job of the sweep ``config`` launches, as Hydra's basic sweeper
     expands them (``hydra.sweeper.params``, then the command line's overrides); none for another
     sweeper (Optuna's draws its values as it goes)."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from topk.hydra_private import basic_sweeper_target
 
     sweeper = config.hydra.sweeper
-    if sweeper.get("_target_") != f"{BasicSweeper.__module__}.{BasicSweeper.__name__}":
+    if sweeper.get("_target_") != basic_sweeper_target():
         return []
     params = [f"{key}={value}" for key, value in (sweeper.get("params") or {}).items()]
     return expand_sweep(params + list(config.hydra.overrides.task))
@@ -266,11 +266,11 @@ def sweep_jobs(config: DictConfig) -> list[list[str]]:
 def expand_sweep(overrides: list[str]) -> list[list[str]]:
     """The overrides of each job of a sweep (``loss=ce,hinge``, ``seed=range(3)``), expanded by
     Hydra's override parser and basic sweeper: the code that launches them."""
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    (jobs,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(overrides), None) or [[]]
-    return jobs
+    from topk.hydra_private import sweep_jobs_of
+
+    return sweep_jobs_of(OverridesParser.create().parse_overrides(overrides))
 
 
 def sweep_job_folders(config: DictConfig) -> list[Path]:

@@ -134,11 +134,12 @@ def null_option_problem(argv: list[str], config_dir: Path) -> str | None:
     ``None``. Hydra stops on it with a traceback (a group's override must name one of its
     options); nothing is written. ``logger=null`` is refused alike: leaving it out keeps its
     default, no logger. ``config_dir`` is ``conf/`` (or an absolute ``--config-path``)."""
-    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    args = get_args_parser().parse_args(argv)
+    from topk.hydra_private import command_line
+
+    args = command_line(argv)
     if args.config_path and Path(args.config_path).is_absolute():
         config_dir = Path(args.config_path)
     try:

@@ -84,11 +84,12 @@ def command_line_problem(argv: list[str], config_dir: Path, config_name: str) ->
     shell completion, a re-run, ``--config-dir`` and a relative ``--config-path`` are left to
     Hydra (an absolute ``--config-path`` replaces ``config_dir``)."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.utils import get_args_parser
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    args = get_args_parser().parse_args(argv)
+    from topk.hydra_private import command_line
+
+    args = command_line(argv)
     if args.config_path and Path(args.config_path).is_absolute():
         config_dir = Path(args.config_path)
     elif args.config_path:
@@ -143,9 +144,9 @@ def search_path(config_dir: Path, added: Sequence[str] = ()) -> tuple[str, ...]:
     """The search path Hydra composes ``config_dir`` with, the folders of ``hydra.searchpath``
     (``added``, each ``file://DIR`` or ``pkg://module``) before its ConfigStore, as Hydra
     places them."""
-    from hydra._internal.utils import create_config_search_path
+    from topk.hydra_private import default_search_path
 
-    path = [element.path for element in create_config_search_path(f"file://{config_dir}").get_path()]
+    path = default_search_path(str(config_dir))
     return (*path[:-1], *added, path[-1])
 
 
@@ -178,16 +179,10 @@ def offered(entries: tuple[str, ...]) -> Offered:
     read once per process: folders as plain YAML files, packages and the ConfigStore (Hydra's
     launchers and sweepers) through Hydra's config sources. An entry that does not exist offers
     nothing."""
-    from hydra._internal.config_repository import ConfigRepository
-    from hydra._internal.config_search_path_impl import ConfigSearchPathImpl
+    from topk.hydra_private import config_sources
 
-    path = ConfigSearchPathImpl()
-    for entry in entries:
-        path.append(provider="topk", path=entry)
     found = Offered()
-    for source in ConfigRepository(path).get_sources():
-        if not source.available():
-            continue
+    for source in config_sources(entries):
         found = found | (file_offers(Path(source.path)) if source.scheme() == "file" else _source_offers(source))
     return found
 
