@@ -27,7 +27,7 @@ from conftest import CONF, ROOT, compose_config
 from helpers import mixup_target, value_and_grad
 from topk import build as builder
 from topk.distributed import Distributed
-from topk.engine import STOP_CHECK_EVERY, train_one_epoch
+from topk.engine import train_one_epoch
 from topk.errors import NonFiniteLossError
 from topk.functional import perturbed
 from topk.functional.perturbed import (
@@ -41,6 +41,7 @@ from topk.losses import SmoothTopKSVM
 from topk.losses.hinge import topk_hinge
 from topk.losses.noised import noised_topk_hinge
 from topk.losses.targets import expected_over_targets
+from topk.stopping import STOP_CHECK_EVERY
 from topk.sync import sync_free
 
 LOSSES = sorted(path.stem for path in (CONF / "loss").glob("*.yaml"))

@@ -218,12 +218,12 @@ def test_unwritable_output_directory_as_root(tmp_path):
 
 
 def test_a_full_disk_is_one_sentence_and_a_failed_record(tmp_path, monkeypatch):
-    import topk.engine
+    import topk.checkpoints
 
     def no_space(state, path):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
-    monkeypatch.setattr(topk.engine, "_atomic_save", no_space)
+    monkeypatch.setattr(topk.checkpoints, "_atomic_save", no_space)
     run_dir = tmp_path / "run"
     code, stderr = run_main([f"hydra.run.dir={run_dir}"])
     assert_one_sentence(code, stderr, 1, r"no space is left on the device holding \S+/run/checkpoints/"

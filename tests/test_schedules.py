@@ -11,9 +11,9 @@ import torch
 from test_train import read_record, stop_after
 
 from conftest import compose_config, run_in_process
-from topk.engine import RunInterrupted
 from topk.schedules import WarmupCosineLR
 from topk.schema.check import config_problem
+from topk.stopping import RunInterrupted
 
 
 def closed_form(step, total, warmup, min_ratio):

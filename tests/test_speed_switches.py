@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import run_in_process
-from topk.engine import load_checkpoint
+from topk.checkpoints import load_checkpoint
 from topk.errors import ConfigError
 from topk.losses.smooth_svm import SmoothTopKSVM
 from topk.models.densenet import CifarDenseNet

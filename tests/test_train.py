@@ -15,9 +15,10 @@ import torch
 from test_faults import run_main
 
 from conftest import ROOT, run_in_process
-from topk.engine import RunInterrupted, check_selection_metric
+from topk.engine import check_selection_metric
 from topk.errors import CheckpointError, ConfigError, NonFiniteLossError
 from topk.records import read_results, validate_results
+from topk.stopping import RunInterrupted
 
 
 def read_record(run_dir):
@@ -202,11 +203,11 @@ def test_sigterm_is_taken_at_a_batch_boundary_and_the_handler_restored(run_dir):
 def test_a_second_signal_close_behind_the_first_is_the_same_stop(monkeypatch):
     """SIGTERM to a process group and a launcher forwarding it arrive together: one stop, taken
     at the batch boundary; a signal later than StopRequests.REPEAT_SECONDS raises at once."""
-    from topk import engine
+    from topk import stopping
 
-    requests = engine.StopRequests()
+    requests = stopping.StopRequests()
     clock = iter([100.0, 100.5, 100.0 + requests.REPEAT_SECONDS + 0.1])
-    monkeypatch.setattr(engine.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(stopping.time, "monotonic", lambda: next(clock))
     with requests.deferred():
         requests._handle(signal.SIGTERM, None)
         requests._handle(signal.SIGTERM, None)

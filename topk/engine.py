@@ -1,41 +1,41 @@
 """Fit and evaluate: one readable training loop, in the spirit of torchvision's reference script.
 
-``fit`` trains for ``settings.epochs`` epochs, evaluates every split in ``eval_batches`` every
-``settings.eval_every`` epochs, keeps the model that is best by ``settings.selection_metric``
-(:class:`BestModel`), writes ``checkpoints/last.pt`` (resume) and ``checkpoints/best.pt``
-(selected model) with ``history.csv`` (:class:`Checkpoints`), TensorBoard scalars, and finally
-evaluates the selected model on every split (:func:`final_result`). Each metric of
-``settings.also_select_on`` keeps a best model of its own (``checkpoints/best_val_top5.pt`` for
-``val/top5``), evaluated at the end too: runs that would differ only in the selection metric
-(S20 Table I's columns) are one training run.
+``fit`` trains for ``settings.epochs`` epochs (:func:`train_one_epoch`), evaluates every split in
+``eval_batches`` every ``settings.eval_every`` epochs (:func:`evaluate_splits`), keeps the model
+that is best by ``settings.selection_metric`` (:class:`topk.checkpoints.BestModel`), writes
+``checkpoints/last.pt`` (resume) and ``checkpoints/best.pt`` (selected model) with ``history.csv``
+(:class:`topk.checkpoints.Checkpoints`), TensorBoard scalars, and finally evaluates the selected
+model on every split (:func:`final_result`). Each metric of ``settings.also_select_on`` keeps a
+best model of its own (``checkpoints/best_val_top5.pt`` for ``val/top5``), evaluated at the end
+too: runs that would differ only in the selection metric (S20 Table I's columns) are one training
+run.
 
 Resuming (``settings.resume``) restores model, optimiser, schedule, gradient scaler, random-number
 state, history and best model from ``last.pt``; the batches of epoch ``e`` depend only on
 ``(seed, e)``, so a resumed run ends exactly where an uninterrupted one does.
 
-Ctrl-C and SIGTERM: :class:`StopRequests` is the one place where the two signals become a stop;
-``fit`` takes a stop at the next batch boundary (with several processes, at the next of the checks
-made every ``STOP_CHECK_EVERY`` batches) and raises :class:`RunInterrupted` with the epoch a resume
-continues after.
+Ctrl-C and SIGTERM: :class:`topk.stopping.StopRequests` is the one place where the two signals
+become a stop; ``fit`` takes a stop at the next batch boundary and raises
+:class:`topk.stopping.RunInterrupted` with the epoch a resume continues after.
 
 Several processes (``distributed``, see :mod:`topk.distributed`): each trains the
 DistributedDataParallel model on its share of every global batch; the loss, the stop requests and
 the top-k and average-k counts are summed over processes (and the largest validation probabilities,
 which set the average-k threshold, gathered), so every process takes the same decisions and reports
 the same metrics; only rank 0 writes checkpoints, history and TensorBoard events.
+
+Where the rest lives: the checkpoint files, their format, random-number state and ``best.pt``
+recovery in :mod:`topk.checkpoints`; signals and stops in :mod:`topk.stopping`; average-k
+accuracies at the validation split's thresholds, gathered over processes, in :mod:`topk.metrics`
+(:func:`topk.metrics.average_k_metrics`). The names ``train.py``, ``scripts/evaluate.py`` and
+:mod:`topk.data.images` import from here stay importable from here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import logging
 import math
-import os
-import pickle
-import signal
 import statistics
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,19 +44,32 @@ from pathlib import Path
 
 import torch
 
+# Imported from here by others, so kept here (noqa: F401): _unusable and load_checkpoint
+# (the evaluation of a saved run), StopRequests and preemption_signal (train.py, topk.data.images).
+from topk.checkpoints import (  # noqa: F401
+    BestModel,
+    Checkpoints,
+    TrainingState,
+    _unusable,
+    check_resume_epochs,
+    load_checkpoint,
+)
 from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
-from topk.errors import CheckpointError, ConfigError, NonFiniteLossError, RunRefused
+from topk.errors import ConfigError, NonFiniteLossError
 from topk.functional import topk_marginals
 from topk.gradients import NonZeroGradients
 from topk.metrics import AverageKAccumulator, TopKAccumulator, average_k_metrics, clip_ks
 from topk.precision import MixedPrecision, unwrap
 from topk.progress import BatchMeter, Progress
-from topk.records import TensorBoardScalars, tensorboard_dir, write_atomically, write_history
-
-log = logging.getLogger(__name__)
-
-CHECKPOINT_FORMAT = 1
+from topk.records import TensorBoardScalars, tensorboard_dir
+from topk.stopping import (  # noqa: F401
+    RunInterrupted,
+    StopRequests,
+    preemption_signal,
+    stop_requested,
+    stop_requests,
+)
 
 
 def model_scores(model, inputs: torch.Tensor):
@@ -103,116 +116,6 @@ class FitResult:
     # trainer.also_select_on's metric -> {"best_epoch": ..., "metrics": split -> metric -> value,
     # "per_class": split -> k -> per-class accuracy}
     also_selected: dict[str, dict] = field(default_factory=dict)
-
-
-# --- Ctrl-C and SIGTERM ---------------------------------------------------------------------------
-
-class RunInterrupted(KeyboardInterrupt):
-    """Training stopped by Ctrl-C or SIGTERM; ``last.pt`` holds the epoch to resume from.
-
-    A ``KeyboardInterrupt``, so that it stops a whole sweep as Ctrl-C does: Hydra's launchers let
-    it through (they record an ordinary exception as a failed job and go on)."""
-
-    def __init__(self, resume_epoch: int):
-        super().__init__(resume_epoch)  # the only argument: pickled back as it was (joblib's workers)
-        self.resume_epoch = resume_epoch
-
-    def __str__(self) -> str:
-        return f"interrupted; resume continues after epoch {self.resume_epoch}"
-
-
-class StopRequests:
-    """The process's one handler of SIGINT (Ctrl-C) and SIGTERM: the only place where a signal
-    becomes a stop, a ``KeyboardInterrupt``.
-
-    ``with stop_requests.installed():`` handles both signals for the block. ``train.py`` wraps the
-    whole process in it, and each job of a sweep (a joblib worker is a process of its own);
-    ``fit`` wraps its training in :meth:`deferred`, which installs the handler too when nobody
-    has (a library call, a test). Blocks nest: the outermost installs the handler and puts the
-    previous ones back at its end. Only the main thread can install handlers; in another thread
-    (some launchers) Python's own Ctrl-C handling stays.
-
-    Outside ``fit``'s training a signal raises ``KeyboardInterrupt`` at once: SIGTERM acts as
-    Ctrl-C during set-up, in the final evaluation, and in a launcher waiting for its workers.
-    Inside it (:meth:`deferred`) the first signal only sets :attr:`requested`, which ``fit`` takes
-    at the next batch boundary: an exception raised from a signal handler can land anywhere,
-    inside the TensorBoard writer or ``torch.save``, and leave them unable to close; a flag read
-    between batches cannot. A second signal raises at once (for a loop stuck inside one batch),
-    unless it comes within :attr:`REPEAT_SECONDS` of the first: the same stop delivered twice.
-
-    In a submitit job it handles the scheduler's preemption signal too (:func:`preemption_signal`):
-    the run stops the same way, then :meth:`requeue_if_preempted` hands the signal on to submitit.
-    """
-
-    signals = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.requested = False
-        self.preempted = False  # the stop came from the scheduler's preemption signal (submitit)
-        self._deferring = False
-        self._requested_at = 0.0
-        self._depth = 0
-        self._previous: dict = {}
-
-    # A signal this close behind the first is the same stop delivered twice (SIGTERM to a process
-    # group and a launcher forwarding it: SLURM, timeout), not a user insisting.
-    REPEAT_SECONDS = 2.0
-
-    def _handle(self, signum, frame) -> None:
-        if signum == preemption_signal():
-            self.preempted = True
-        if self._deferring and not self.requested:
-            self.requested, self._requested_at = True, time.monotonic()
-            return
-        if self._deferring and time.monotonic() - self._requested_at < self.REPEAT_SECONDS:
-            return
-        raise KeyboardInterrupt
-
-    @contextlib.contextmanager
-    def installed(self):
-        if self._depth == 0 and threading.current_thread() is threading.main_thread():
-            numbers = [*self.signals, *filter(None, [preemption_signal()])]
-            self._previous = {number: signal.signal(number, self._handle) for number in numbers}
-        self._depth += 1
-        try:
-            yield self
-        finally:
-            self._depth -= 1
-            if self._depth == 0:
-                for number, handler in self._previous.items():
-                    signal.signal(number, handler)
-                self._previous = {}
-
-    def requeue_if_preempted(self) -> None:
-        """After a stop by the preemption signal: hand it to the handler it displaced, submitit's,
-        which checkpoints the job (hydra-submitit-launcher's ``checkpoint``: the same job again),
-        requeues it and exits. The requeued job resumes the run by itself (``train.train``)."""
-        number = preemption_signal()
-        handler = self._previous.get(number)
-        if self.preempted and callable(handler):
-            handler(number, None)
-
-    @contextlib.contextmanager
-    def deferred(self):
-        """The block's first signal sets :attr:`requested` (cleared on entry) instead of raising."""
-        with self.installed():
-            self.requested, self._deferring = False, True
-            try:
-                yield self
-            finally:
-                self._deferring = False
-
-
-stop_requests = StopRequests()
-
-
-def preemption_signal() -> signal.Signals | None:
-    """The signal by which a submitit job learns it is preempted or about to time out (SLURM sends
-    it ``signal_delay_s`` before the time limit), when this process runs a submitit job: USR2, or
-    what ``SUBMITIT_PREEMPT_SIGNAL`` names; else ``None``."""
-    if "SUBMITIT_FOLDER" not in os.environ:
-        return None
-    return getattr(signal, f"SIG{os.environ.get('SUBMITIT_PREEMPT_SIGNAL', 'USR2')}", None)
 
 
 # --- configuration checks -------------------------------------------------------------------------
@@ -272,10 +175,6 @@ def check_fit_settings(settings: FitSettings, splits: list[str], ks: list[int], 
 
 # --- one epoch's training, evaluation -------------------------------------------------------------
 
-# With several processes, the batches between two all-reduces of the stop flag (see stop_requested).
-STOP_CHECK_EVERY = 10
-
-
 def train_one_epoch(
     model, loss_fn, optimizer, batches, mix, accumulator, epoch: int, stop=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS, scheduler=None,
@@ -287,10 +186,11 @@ def train_one_epoch(
     loss see (:class:`topk.data.augment.Mixup`, or :class:`~topk.data.augment.NoMix`).
     ``accumulator`` (or ``None`` to skip) counts top-k hits of the training scores as they were
     when each batch was seen, before the update (this process's share; the caller sums them).
-    ``stop`` (a :class:`StopRequests`) is asked after the batches whether a signal asked the run
-    to stop (:func:`stop_requested`). ``precision`` autocasts the forward pass (``trainer.amp``);
-    the loss then sees float32 scores. A ``scheduler`` whose class sets ``per_batch``
-    (:mod:`topk.schedules`) is stepped after every batch; others are left to the epoch's end.
+    ``stop`` (a :class:`topk.stopping.StopRequests`) is asked after the batches whether a signal
+    asked the run to stop (:func:`topk.stopping.stop_requested`). ``precision`` autocasts the
+    forward pass (``trainer.amp``); the loss then sees float32 scores. A ``scheduler`` whose class
+    sets ``per_batch`` (:mod:`topk.schedules`) is stepped after every batch; others are left to
+    the epoch's end.
     ``meter`` (:class:`topk.progress.BatchMeter`) shows the batches as they go. ``gradients``
     (:class:`topk.gradients.NonZeroGradients`, ``trainer.grad_nonzero``) counts the non-zero
     coordinates of each batch's gradient with respect to its scores.
@@ -328,21 +228,6 @@ def train_one_epoch(
         if stop_requested(stop, batch_index, distributed, loss_sum.device):
             raise KeyboardInterrupt
     return epoch_loss(loss_sum, sample_count, epoch, distributed)
-
-
-def stop_requested(stop, batch_index: int, distributed: Distributed, device: torch.device) -> bool:
-    """Whether a signal asked the run to stop, asked after batch ``batch_index``.
-
-    One process reads its own flag, a Python value, after every batch. Several must stop at the
-    same batch (a process that stopped alone would leave the others waiting in an all-reduce),
-    so they sum their flags, which on an accelerator makes the host wait for the device; they do
-    it every :data:`STOP_CHECK_EVERY` batches (and ``fit`` at every epoch end), not every batch.
-    """
-    if stop is None:
-        return False
-    if not distributed.enabled:
-        return stop.requested
-    return (batch_index + 1) % STOP_CHECK_EVERY == 0 and distributed.any(stop.requested, device)
 
 
 def epoch_loss(loss_sum: torch.Tensor, sample_count: int, epoch: int, distributed: Distributed) -> float:
@@ -475,250 +360,10 @@ def check_finite_metrics(metrics: Mapping[str, Mapping[str, float]]) -> None:
             )
 
 
-# --- best model, checkpoints ----------------------------------------------------------------------
-
-def _is_better(value: float, best: float | None, metric: str) -> bool:
-    if best is None:
-        return True
-    if metric.endswith("/loss"):
-        return value < best
-    return value > best
-
-
-@dataclass
-class BestModel:
-    """The model that is best so far by ``metric`` (``<split>/<name>``: lowest for a loss, else
-    highest; ``last`` selects none until the end), kept in memory until the next checkpoint."""
-
-    metric: str
-    epoch: int | None = None
-    value: float | None = None
-    state: dict | None = None
-    unsaved: bool = False
-
-    def consider(self, row: Mapping, model: torch.nn.Module) -> None:
-        """Keep ``model`` if its history ``row`` beats the best so far."""
-        value = row.get(self.metric)
-        if self.metric == "last" or value is None or not _is_better(value, self.value, self.metric):
-            return
-        self.epoch, self.value, self.unsaved = row["epoch"], value, True
-        self.state = copy.deepcopy(unwrap(model).state_dict())
-
-
-@dataclass
-class TrainingState:
-    """What a resume restores besides the model, optimiser and schedule."""
-
-    best: BestModel
-    history: list[dict] = field(default_factory=list)  # one row per completed epoch
-    epoch: int = 0  # the last completed epoch
-    also_best: list[BestModel] = field(default_factory=list)  # trainer.also_select_on's, in order
-
-    def add_epoch(self, row: dict, model: torch.nn.Module) -> None:
-        self.history.append(row)
-        self.epoch = row["epoch"]
-        for best in (self.best, *self.also_best):
-            best.consider(row, model)
-
-
 def extra_metrics(settings: FitSettings) -> list[str]:
     """``settings.also_select_on`` without repeats and without the selection metric itself
     (whose model is ``best.pt`` already)."""
     return [metric for metric in dict.fromkeys(settings.also_select_on) if metric != settings.selection_metric]
-
-
-def best_file_name(metric: str) -> str:
-    """The checkpoint of the best model by an extra selection metric: ``val/top5`` ->
-    ``best_val_top5.pt`` (``best.pt`` is the selection metric's)."""
-    return f"best_{metric.replace('/', '_')}.pt"
-
-
-def _atomic_save(obj, path: Path) -> None:
-    write_atomically(path, partial(torch.save, obj))
-
-
-def load_checkpoint(path: Path) -> dict:
-    """Read a checkpoint written by :func:`fit`, with a clear error if it is unusable.
-
-    Loaded with ``weights_only=True``: a checkpoint holds tensors and plain data only (numbers,
-    strings, lists, dicts, the schedule's ``Counter``), so one from someone else's run directory
-    cannot run code when resumed; a file that pickles anything else is refused."""
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        if "allowed global" not in str(error):  # not a pickle at all: as any unreadable file
-            raise CheckpointError(f"checkpoint {path} cannot be read (UnpicklingError); delete it "
-                                  "to train from scratch, or resume from another run directory.") from error
-        raise CheckpointError(
-            f"checkpoint {path} holds Python objects other than tensors and plain data, which are "
-            "not loaded because unpickling them could run code; resume only from checkpoints "
-            "written by topk, or delete it to train from scratch."
-        ) from error
-    except Exception as error:  # torch raises several types for a truncated or foreign file
-        raise CheckpointError(
-            f"checkpoint {path} cannot be read ({type(error).__name__}); delete it to train "
-            "from scratch, or resume from another run directory."
-        ) from error
-    if not isinstance(checkpoint, dict) or checkpoint.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(
-            f"checkpoint {path} was not written by this version of topk; delete it to train "
-            "from scratch."
-        )
-    return checkpoint
-
-
-def rng_state() -> dict:
-    return {
-        "cpu": torch.get_rng_state(),
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-    }
-
-
-def restore_rng(checkpoint: dict, distributed: Distributed) -> None:
-    """Each process's own random-number state (the noised losses' noise, Mixup, in-memory
-    augmentation), so that processes stay independent after a resume. A checkpoint written by
-    another number of processes gives rank 0's state to all, then a draw offset by the rank."""
-    states = checkpoint.get("rank_rng")
-    same_processes = states is not None and len(states) == distributed.world_size
-    state = states[distributed.rank] if same_processes else {"cpu": checkpoint["rng"], "cuda": checkpoint.get("cuda_rng")}
-    torch.set_rng_state(state["cpu"])
-    if state["cuda"] is not None and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    if distributed.enabled and not same_processes:
-        log.warning("checkpoint written by another number of processes: random states restart from rank 0's")
-        torch.manual_seed(int(torch.randint(2**62, ())) + distributed.rank)
-
-
-def check_resume_epochs(run_dir: Path, checkpoint_epoch: int, epochs: int) -> None:
-    """Refuse, in one sentence, to resume a run whose checkpoint is past ``epochs``: the run would
-    "complete" with fewer epochs than it trained."""
-    if checkpoint_epoch > epochs:
-        raise RunRefused(
-            f"cannot resume {run_dir} with trainer.epochs={epochs}: its checkpoint is already at "
-            f"epoch {checkpoint_epoch}; resume with trainer.epochs={checkpoint_epoch} or more, or "
-            "start a new run in another directory."
-        )
-
-
-def _unusable(error: CheckpointError) -> str:
-    """Why :func:`load_checkpoint` refused a file, in a few words."""
-    cause = error.__cause__
-    if isinstance(cause, pickle.UnpicklingError) and "allowed global" in str(cause):
-        return "holds Python objects other than tensors and plain data (not loaded: unpickling them could run code)"
-    return f"cannot be read ({type(cause).__name__})" if cause is not None else "was not written by this version of topk"
-
-
-def selected_weights(path: Path, checkpoint: dict, note: Callable[..., None] = log.warning,
-                     metric: str | None = None) -> dict | None:
-    """The weights of the epoch selected so far (``checkpoint["best_epoch"]``, ``None`` before
-    any): ``best.pt``'s (``path``). When ``best.pt`` is missing or unusable they are ``last.pt``'s
-    own if the selected epoch is the checkpoint's (``note`` says so); if it is an earlier epoch
-    no file holds them any more, and resuming is refused: a later epoch must not stand in for
-    the one the selection metric chose. With ``metric`` (one of ``trainer.also_select_on``), the
-    same for that metric's best model (its epoch in ``checkpoint["also_best"]``, its file ``path``)."""
-    epoch = checkpoint.get("epoch")
-    best_epoch = (checkpoint.get("best_epoch") if metric is None
-                  else checkpoint.get("also_best", {}).get(metric, {}).get("epoch"))
-    if best_epoch is None:
-        return None
-    problem = "is missing"
-    if path.exists():
-        try:
-            return load_checkpoint(path)["model"]
-        except CheckpointError as error:
-            problem = _unusable(error)
-    if best_epoch == epoch:
-        note("%s %s: the selected epoch %d is the checkpoint's own, whose weights in %s are used",
-             path, problem, epoch, path.with_name("last.pt"))
-        return checkpoint["model"]
-    deleting = "" if problem == "is missing" else " (deleting it does not make the run resumable)"
-    raise CheckpointError(
-        f"cannot resume {path.parent.parent}: {path}, the weights of epoch {best_epoch} that "
-        f"{metric or 'the selection metric'} chose, {problem}, and no other file holds them; put "
-        f"back a good copy of {path.name}, or start a new run in another directory{deleting}."
-    )
-
-
-class Checkpoints:
-    """A run's ``checkpoints/last.pt`` (what a resume needs, and the run's flat ``config``, which
-    :mod:`topk.run_dir` compares with a resume's), ``checkpoints/best.pt`` (the selected model),
-    ``checkpoints/best_<split>_<metric>.pt`` (the best model by each ``trainer.also_select_on``
-    metric, :func:`best_file_name`) and ``history.csv``. Every process calls :meth:`save` (the
-    random states of all are gathered); only rank 0 writes."""
-
-    def __init__(self, run_dir: Path, model, optimizer, scheduler, precision: MixedPrecision,
-                 distributed: Distributed = SINGLE_PROCESS, config: dict | None = None):
-        self.run_dir, directory = Path(run_dir), Path(run_dir) / "checkpoints"
-        self.last, self.best = directory / "last.pt", directory / "best.pt"
-        self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
-        self.distributed, self.config = distributed, config
-        self.saved_epoch = 0  # the epoch last.pt holds
-        if distributed.is_main:
-            directory.mkdir(parents=True, exist_ok=True)
-
-    def restore(self, state: TrainingState) -> TrainingState:
-        """The state ``last.pt`` holds, with model, optimiser, schedule, gradient scaler and
-        random state restored from it; ``state`` (a fresh one) when there is no ``last.pt``."""
-        if not self.last.exists():
-            log.info("trainer.resume=true but %s does not exist: training from scratch", self.last)
-            return state
-        checkpoint = load_checkpoint(self.last)
-        unwrap(self.model).load_state_dict(checkpoint["model"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.precision.load_state_dict(checkpoint.get("grad_scaler", {}))
-        self.scheduler.load_state_dict(checkpoint["scheduler"])
-        restore_rng(checkpoint, self.distributed)
-        best_state = selected_weights(self.best, checkpoint)
-        best = BestModel(state.best.metric, checkpoint["best_epoch"], checkpoint["best_value"], best_state)
-        also_best = [self.restored_best(extra.metric, checkpoint) for extra in state.also_best]
-        self.saved_epoch = checkpoint["epoch"]
-        log.info("resumed from %s after epoch %d", self.last, self.saved_epoch)
-        return TrainingState(best, checkpoint["history"], checkpoint["epoch"], also_best)
-
-    def restored_best(self, metric: str, checkpoint: dict) -> BestModel:
-        """The best model by the extra selection metric ``metric`` as ``last.pt`` remembers it."""
-        remembered = checkpoint.get("also_best", {}).get(metric, {})
-        weights = selected_weights(self.path(metric), checkpoint, metric=metric)
-        return BestModel(metric, remembered.get("epoch"), remembered.get("value"), weights)
-
-    def path(self, metric: str | None) -> Path:
-        """``best.pt`` for the selection metric (``None``), else ``metric``'s own file."""
-        return self.best if metric is None else self.best.with_name(best_file_name(metric))
-
-    def save(self, state: TrainingState, tensorboard=None) -> None:
-        """Write ``last.pt`` and ``history.csv`` (and ``best.pt`` when a better model came since
-        the last save), and flush ``tensorboard`` with them; nothing when ``last.pt`` already
-        holds ``state``'s epoch."""
-        if state.epoch == self.saved_epoch:
-            return
-        rng = rng_state()
-        rank_rng = self.distributed.gather(rng) if self.distributed.enabled else None  # in every process
-        if self.distributed.is_main:
-            if state.best.unsaved:
-                self.save_best(state.best)
-            for extra in state.also_best:
-                if extra.unsaved:
-                    self.save_best(extra, extra.metric)
-            _atomic_save({
-                "format": CHECKPOINT_FORMAT, "epoch": state.epoch, "model": unwrap(self.model).state_dict(),
-                "grad_scaler": self.precision.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": rng["cpu"], "cuda_rng": rng["cuda"],
-                "rank_rng": rank_rng, "history": state.history, "best_epoch": state.best.epoch,
-                "best_value": state.best.value, "config": self.config,
-                "also_best": {extra.metric: {"epoch": extra.epoch, "value": extra.value} for extra in state.also_best},
-            }, self.last)
-            write_history(self.run_dir, state.history)
-        if tensorboard is not None:
-            tensorboard.flush()
-        for best in (state.best, *state.also_best):
-            best.unsaved = False
-        self.saved_epoch = state.epoch
-
-    def save_best(self, best: BestModel, metric: str | None = None) -> None:
-        """Write ``best``'s weights to ``best.pt``, or to the file of the extra selection
-        ``metric``."""
-        if self.distributed.is_main:
-            _atomic_save({"format": CHECKPOINT_FORMAT, "epoch": best.epoch, "model": best.state}, self.path(metric))
 
 
 # --- progress bar, TensorBoard --------------------------------------------------------------------

@@ -26,7 +26,7 @@
   checked and is refused until the user deletes it.
 - A resume is refused when ``trainer.epochs`` is below the checkpoint's epoch, and when the
   weights of the selected epoch (``best.pt``) are gone and that epoch is earlier than the
-  checkpoint's (:func:`topk.engine.selected_weights`).
+  checkpoint's (:func:`topk.checkpoints.selected_weights`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from topk.engine import check_resume_epochs, load_checkpoint, selected_weights
+from topk.checkpoints import check_resume_epochs, load_checkpoint, selected_weights
 from topk.errors import RunRefused
 from topk.records import flatten, utc_now, write_json_atomic, write_results
 
