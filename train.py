@@ -42,6 +42,16 @@ from topk.build import (
     seed_everything,
     without_lone_last_batch,
 )
+from topk.cli import (
+    close_log_file,
+    evaluation_argv,
+    exit_on_composition_problem,
+    exit_with_help_if_asked,
+    no_space_sentence,
+    report_error,
+    selected_value,
+    warn_if_single_run_of_a_sweep,
+)
 from topk.data.batches import close_batches
 from topk.engine import (
     FitSettings,
@@ -78,7 +88,6 @@ from topk.run_dir import (
 )
 from topk.schema import check_config
 from topk.schema import store as schema_store
-from topk.schema.check import null_option_problem
 from topk.trackers import (
     described_overrides,
     final_metrics,
@@ -422,27 +431,9 @@ def train_locked(cfg: DictConfig, run_dir: Path, record: dict, distributed, on_e
     return record
 
 
-def warn_if_single_run_of_a_sweep(cfg: DictConfig) -> None:
-    """``+experiment=...`` without ``-m`` trains one configuration of the sweep: say so."""
-    params = HydraConfig.get().sweeper.get("params") or {}
-    if cfg.get("experiment") and params:
-        log.warning(
-            "+experiment=%s is a sweep over %s; without -m only this one configuration trains "
-            "(add -m for the whole sweep).", cfg.experiment, ", ".join(params),
-        )
-
-
-def selected_value(record: dict) -> float | None:
-    """What a sweeper optimises: the selection metric of the selected model (``val/top5`` -> the
-    record's ``val["top5"]``); ``None`` for ``last`` or a run without the value."""
-    split, _, name = str(record.get("selection_metric", "last")).partition("/")
-    value = record.get(split, {}).get(name) if name else None
-    return float(value) if value is not None else None
-
-
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> float | None:
-    """Train; return the selected model's selection metric (:func:`selected_value`), which
+    """Train; return the selected model's selection metric (:func:`topk.cli.selected_value`), which
     Hydra's Optuna sweeper optimises (a sweep under it must select on a validation metric:
     :func:`topk.hydra_callbacks.tuning_problem`); ``None`` for a failed run, which that sweeper
     counts as a failed trial (``hydra.sweeper.max_failure_rate``, 0 by default, says how many it
@@ -486,83 +477,9 @@ def main(cfg: DictConfig) -> float | None:
         return None
 
 
-def close_log_file() -> None:
-    """Close the job's log file (Hydra's ``train.log`` handler) as the job ends, so that what the
-    launcher logs next (the following job's line) does not land in this job's log, nor create a
-    log in the folder of a refused job, whose file handler never opened."""
-    root = logging.getLogger()
-    for handler in [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]:
-        root.removeHandler(handler)
-        handler.close()
-
-
-def report_error(sentence: str, single_run: bool) -> None:
-    """Print a run's error as one sentence: a single run exits 1, a sweep goes on."""
-    if single_run:
-        print(f"Error: {sentence}", file=sys.stderr)
-        sys.exit(1)
-    print(f"Error in {HydraConfig.get().runtime.output_dir}: {sentence}", file=sys.stderr)
-
-
-def no_space_sentence(error: OSError) -> str:
-    """A full disk in one sentence: what to free, and how to go on (a resume where the run left a
-    record to continue, else the same command again)."""
-    run_dir = Path(HydraConfig.get().runtime.output_dir)
-    where = error.filename or run_dir
-    go_on = ("continue with trainer.resume=true" if (run_dir / "results.json").exists()
-             else "run the same command again")
-    return (f"no space is left on the device holding {where}; free some (checkpoints are the largest "
-            f"files: trainer.keep_checkpoints=best or none keeps fewer) and {go_on}.")
-
-
-def exit_on_composition_problem(argv: list[str]) -> None:
-    """Compose the command line's config before Hydra does: a mistyped key, a value of the wrong
-    type, an unknown option or a config group set to null stops here with one sentence
-    (:mod:`topk.schema`), nothing written."""
-    problem = null_option_problem(argv, CONF_DIR) or schema_store.command_line_problem(argv, CONF_DIR, "train")
-    if problem is not None:
-        print(f"Error: {problem}", file=sys.stderr)
-        sys.exit(1)
-
-
-EVAL_OPTIONS = {"+eval_split": "--split", "+eval_checkpoint": "--checkpoint", "+eval_out": "--out"}
-
-
-def evaluation_argv(args: list[str]) -> list[str] | None:
-    """``python train.py +eval=<run dir> [+eval_split=val,test] [+eval_checkpoint=last]
-    [+eval_out=PATH] [key=value ...]`` as :func:`topk.evaluate.main`'s arguments (the ``key=value``
-    change the evaluated run's own configuration); ``None`` without ``+eval=``. An evaluation is
-    no training run: Hydra does not start, and no run directory is made."""
-    run = [arg.split("=", 1)[1] for arg in args if arg.startswith("+eval=")]
-    if not run:
-        return None
-    argv = [run[-1]]
-    for arg in args:
-        key, _, value = arg.partition("=")
-        if key in EVAL_OPTIONS:
-            argv += [item for part in value.split(",") for item in (EVAL_OPTIONS[key], part)]
-        elif key != "+eval":
-            argv.append(arg)
-    return argv
-
-
-def exit_with_help_if_asked(argv: list[str]) -> None:
-    """``--help`` (``-h``): print ``conf/hydra/help/topk.yaml``'s help and exit. Hydra's own
-    ``--help`` first lists the options of every config group for its ``$APP_CONFIG_GROUPS``
-    (178 groups with ``protocol/*`` and ``schema/*``: 2.5 s here, more than importing torch),
-    which this help, a fixed text, never shows. With another config (``--config-path``,
-    ``--config-dir``, ``--config-name``) Hydra answers as usual."""
-    flags = {arg.partition("=")[0] for arg in argv if arg.startswith("-")}
-    if not flags & {"--help", "-h"} or flags & {"--config-path", "-cp", "--config-dir", "-cd", "--config-name", "-cn"}:
-        return
-    help_node = OmegaConf.create({"hydra": {"help": OmegaConf.load(CONF_DIR / "hydra" / "help" / "topk.yaml")}})
-    print(help_node.hydra.help.template)
-    sys.exit(0)
-
-
 def cli() -> None:
     """``python train.py ...``: the command line checked against the schema, then :func:`main`;
-    with ``+eval=<run dir>``, :mod:`topk.evaluate` instead (:func:`evaluation_argv`).
+    with ``+eval=<run dir>``, :mod:`topk.evaluate` instead (:func:`topk.cli.evaluation_argv`).
 
     Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too.
     Once a run or sweep has stopped (exit 130), further ones are ignored while the process ends:
@@ -572,8 +489,8 @@ def cli() -> None:
         from topk.evaluate import main as evaluate
 
         sys.exit(evaluate(evaluation))
-    exit_with_help_if_asked(sys.argv[1:])
-    exit_on_composition_problem(sys.argv[1:])
+    exit_with_help_if_asked(sys.argv[1:], CONF_DIR)
+    exit_on_composition_problem(sys.argv[1:], CONF_DIR)
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)
     try:

@@ -81,12 +81,12 @@ def test_missing_pieces_stop_with_one_sentence(tmp_path, evaluate, capsys):
 
 
 def test_train_py_plus_eval_is_the_same_evaluation_and_makes_no_run_directory(tmp_path, monkeypatch):
-    import train
+    from topk import cli
 
-    assert train.evaluation_argv(["+eval=runs/a", "+eval_split=val,test", "+eval_checkpoint=last",
+    assert cli.evaluation_argv(["+eval=runs/a", "+eval_split=val,test", "+eval_checkpoint=last",
                                   "dataset.root=/d"]) == ["runs/a", "--split", "val", "--split", "test",
                                                           "--checkpoint", "last", "dataset.root=/d"]
-    assert train.evaluation_argv(["loss=ce"]) is None
+    assert cli.evaluation_argv(["loss=ce"]) is None
     run_dir = tmp_path / "run"
     record = trained_run(run_dir, "trainer.epochs=3", "trainer.selection_metric=val/top2")
     before = fingerprint(run_dir)

@@ -1,5 +1,5 @@
 """Hydra's Optuna sweeper tunes a loss parameter: each job returns its selected model's
-selection metric (train.selected_value); a sweep under Optuna that selects on nothing, or pushes
+selection metric (topk.cli.selected_value); a sweep under Optuna that selects on nothing, or pushes
 it the wrong way, is refused. The zoo's tuning: every loss's study (conf/tune/) and the tuned
 table (topk/report/tuning.py), from records and from a study at smoke scale."""
 
@@ -30,12 +30,12 @@ TUNE = ["-m", "hydra/sweeper=optuna", "hydra.sweeper.direction=maximize", "hydra
 
 
 def test_selected_value_is_the_selection_metric_of_the_selected_model():
-    import train
+    from topk import cli
 
-    assert train.selected_value({"selection_metric": "val/top2", "val": {"top2": 61.5}}) == 61.5
-    assert train.selected_value({"selection_metric": "val/loss", "val": {"loss": 0.25}}) == 0.25
-    assert train.selected_value({"selection_metric": "last", "val": {"top2": 61.5}}) is None
-    assert train.selected_value({"selection_metric": "val/top2", "val": {}}) is None
+    assert cli.selected_value({"selection_metric": "val/top2", "val": {"top2": 61.5}}) == 61.5
+    assert cli.selected_value({"selection_metric": "val/loss", "val": {"loss": 0.25}}) == 0.25
+    assert cli.selected_value({"selection_metric": "last", "val": {"top2": 61.5}}) is None
+    assert cli.selected_value({"selection_metric": "val/top2", "val": {}}) is None
 
 
 def test_a_small_study_on_circles_finds_the_best_of_its_trials(tmp_path):

@@ -39,7 +39,7 @@ _sweep_locks: list[RunLock] = []
 
 def tuning_problem(config: DictConfig) -> str | None:
     """Hydra's Optuna sweeper optimises what each job returns, the selected model's
-    ``trainer.selection_metric`` (``train.selected_value``): one sentence if a sweep under it
+    ``trainer.selection_metric`` (``topk.cli.selected_value``): one sentence if a sweep under it
     selects on nothing (``last``) or on the test split, which is never tuned on, or would push the
     metric the wrong way (maximise ``val/loss``, minimise an accuracy: Optuna's default)."""
     sweeper = config.hydra.get("sweeper") or {}

@@ -1,0 +1,110 @@
+"""What ``train.py``'s command line does around Hydra: ``--help`` without composing,
+``+eval=<run dir>`` handed to :mod:`topk.evaluate`, the command line composed and checked
+before ``@hydra.main`` writes anything, and a run's end said in one sentence (``Error: ...``,
+exit 1 for a single run; a sweep goes on), with the value an Optuna sweeper optimises."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from topk.schema.check import null_option_problem
+from topk.schema.store import command_line_problem
+
+log = logging.getLogger("train")
+
+
+def exit_with_help_if_asked(argv: list[str], config_dir: Path) -> None:
+    """``--help`` (``-h``): print ``conf/hydra/help/topk.yaml``'s help and exit. Hydra's own
+    ``--help`` first lists the options of every config group for its ``$APP_CONFIG_GROUPS``
+    (178 groups with ``protocol/*`` and ``schema/*``: 2.5 s here, more than importing torch),
+    which this help, a fixed text, never shows. With another config (``--config-path``,
+    ``--config-dir``, ``--config-name``) Hydra answers as usual."""
+    flags = {arg.partition("=")[0] for arg in argv if arg.startswith("-")}
+    if not flags & {"--help", "-h"} or flags & {"--config-path", "-cp", "--config-dir", "-cd", "--config-name", "-cn"}:
+        return
+    help_node = OmegaConf.create({"hydra": {"help": OmegaConf.load(config_dir / "hydra" / "help" / "topk.yaml")}})
+    print(help_node.hydra.help.template)
+    sys.exit(0)
+
+
+EVAL_OPTIONS = {"+eval_split": "--split", "+eval_checkpoint": "--checkpoint", "+eval_out": "--out"}
+
+
+def evaluation_argv(args: list[str]) -> list[str] | None:
+    """``python train.py +eval=<run dir> [+eval_split=val,test] [+eval_checkpoint=last]
+    [+eval_out=PATH] [key=value ...]`` as :func:`topk.evaluate.main`'s arguments (the ``key=value``
+    change the evaluated run's own configuration); ``None`` without ``+eval=``. An evaluation is
+    no training run: Hydra does not start, and no run directory is made."""
+    run = [arg.split("=", 1)[1] for arg in args if arg.startswith("+eval=")]
+    if not run:
+        return None
+    argv = [run[-1]]
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in EVAL_OPTIONS:
+            argv += [item for part in value.split(",") for item in (EVAL_OPTIONS[key], part)]
+        elif key != "+eval":
+            argv.append(arg)
+    return argv
+
+
+def exit_on_composition_problem(argv: list[str], config_dir: Path) -> None:
+    """Compose the command line's config before Hydra does: a mistyped key, a value of the wrong
+    type, an unknown option or a config group set to null stops here with one sentence
+    (:mod:`topk.schema`), nothing written."""
+    problem = null_option_problem(argv, config_dir) or command_line_problem(argv, config_dir, "train")
+    if problem is not None:
+        print(f"Error: {problem}", file=sys.stderr)
+        sys.exit(1)
+
+
+def warn_if_single_run_of_a_sweep(cfg: DictConfig) -> None:
+    """``+experiment=...`` without ``-m`` trains one configuration of the sweep: say so."""
+    params = HydraConfig.get().sweeper.get("params") or {}
+    if cfg.get("experiment") and params:
+        log.warning(
+            "+experiment=%s is a sweep over %s; without -m only this one configuration trains "
+            "(add -m for the whole sweep).", cfg.experiment, ", ".join(params),
+        )
+
+
+def selected_value(record: dict) -> float | None:
+    """What a sweeper optimises: the selection metric of the selected model (``val/top5`` -> the
+    record's ``val["top5"]``); ``None`` for ``last`` or a run without the value."""
+    split, _, name = str(record.get("selection_metric", "last")).partition("/")
+    value = record.get(split, {}).get(name) if name else None
+    return float(value) if value is not None else None
+
+
+def report_error(sentence: str, single_run: bool) -> None:
+    """Print a run's error as one sentence: a single run exits 1, a sweep goes on."""
+    if single_run:
+        print(f"Error: {sentence}", file=sys.stderr)
+        sys.exit(1)
+    print(f"Error in {HydraConfig.get().runtime.output_dir}: {sentence}", file=sys.stderr)
+
+
+def no_space_sentence(error: OSError) -> str:
+    """A full disk in one sentence: what to free, and how to go on (a resume where the run left a
+    record to continue, else the same command again)."""
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
+    where = error.filename or run_dir
+    go_on = ("continue with trainer.resume=true" if (run_dir / "results.json").exists()
+             else "run the same command again")
+    return (f"no space is left on the device holding {where}; free some (checkpoints are the largest "
+            f"files: trainer.keep_checkpoints=best or none keeps fewer) and {go_on}.")
+
+
+def close_log_file() -> None:
+    """Close the job's log file (Hydra's ``train.log`` handler) as the job ends, so that what the
+    launcher logs next (the following job's line) does not land in this job's log, nor create a
+    log in the folder of a refused job, whose file handler never opened."""
+    root = logging.getLogger()
+    for handler in [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]:
+        root.removeHandler(handler)
+        handler.close()
