@@ -63,6 +63,7 @@ from topk.engine import (
 )
 from topk.errors import ConfigError, RunRefused, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
+from topk.locks import acquire_lock
 from topk.metrics import clip_ks
 from topk.records import (
     device_provenance,
@@ -75,7 +76,6 @@ from topk.records import (
     write_results,
 )
 from topk.run_dir import (
-    acquire_lock,
     check_run_dir,
     claim,
     file_in_place_of_folder,
@@ -334,7 +334,7 @@ def train(cfg: DictConfig, on_epoch_end=None) -> dict:
 
     The run directory must hold no other run, or be resumed with the configuration its checkpoint
     remembers (:mod:`topk.run_dir`); a refused run writes nothing. While the run is on,
-    ``run.lock`` in its directory says so (:class:`topk.run_dir.RunLock`), removed however it
+    ``run.lock`` in its directory says so (:class:`topk.locks.RunLock`), removed however it
     ends. Under torchrun every process runs this; the run directory is rank 0's (the others'
     Hydra output went to a scratch directory, see :func:`topk.distributed.worker_argv`), and only
     rank 0 writes in it and holds its lock.

@@ -17,9 +17,8 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from topk.distributed import from_environment
 from topk.errors import ConfigError, TopkError
+from topk.locks import RunLock, acquire_sweep_lock
 from topk.run_dir import (
-    RunLock,
-    acquire_sweep_lock,
     check_run_dir,
     file_in_place_of_folder,
     mark_stopped_runs,
@@ -123,7 +122,7 @@ class CheckOutputDir(Callback):
     - A single run's directory must hold no other run unless it is resumed, with the same
       training configuration, no files of someone else's and no run still training
       (:func:`topk.run_dir.check_run_dir`). A sweep first claims its directory
-      (``sweep.lock``, :func:`topk.run_dir.acquire_sweep_lock`: a second sweep there, or a resume
+      (``sweep.lock``, :func:`topk.locks.acquire_sweep_lock`: a second sweep there, or a resume
       while it runs, is refused naming the live one); the directory must then hold no runs unless
       the sweep is resumed (each job is then checked like a single run, and a refused job
       writes nothing: ``conf/train.yaml`` has Hydra write no ``.hydra/`` and open ``train.log``
