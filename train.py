@@ -12,21 +12,19 @@ objects (docs/design.md §2). Every run leaves its record in its Hydra run direc
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import signal
 import sys
-from functools import partial
 from pathlib import Path
 
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from topk import distributed as dist_setup
-from topk import engine
+from topk import stopping
 from topk.build import (
     build,
     build_augment,
@@ -53,41 +51,17 @@ from topk.cli import (
     warn_if_single_run_of_a_sweep,
 )
 from topk.data.batches import close_batches
-from topk.engine import (
-    FitSettings,
-    RunInterrupted,
-    StopRequests,
-    fit,
-    preemption_signal,
-    resolve_device,
-)
-from topk.errors import ConfigError, RunRefused, TopkError
+from topk.distributed import resolve_device
+from topk.engine import FitSettings, fit
+from topk.errors import RunRefused, TopkError
 from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
-from topk.locks import acquire_lock
 from topk.metrics import clip_ks
-from topk.records import (
-    device_provenance,
-    provenance,
-    read_results,
-    tensorboard_dir,
-    utc_now,
-    versions,
-    write_atomically,
-    write_results,
-)
-from topk.run_dir import (
-    check_run_dir,
-    claim,
-    file_in_place_of_folder,
-    finished_without_checkpoint,
-    override_key,
-    prune_checkpoints,
-    record_status,
-    run_params,
-    unwritable_reason,
-)
-from topk.schema import check_config
+from topk.progress import log_to_file_only
+from topk.records import tensorboard_dir
+from topk.run_dir import override_key, run_session
 from topk.schema import store as schema_store
+from topk.schema.store import check_job
+from topk.stopping import RunInterrupted, StopRequests
 from topk.trackers import (
     described_overrides,
     final_metrics,
@@ -103,29 +77,6 @@ CONF_DIR = CODE_DIR / "conf"
 schema_store.register()  # the typed schema of every config group, before Hydra composes conf/
 
 
-def base_record(cfg: DictConfig, choices, run_provenance: dict) -> dict:
-    """A new run's record (status ``running``): what was asked for, and ``run_provenance``
-    (:func:`topk.records.provenance`)."""
-    return {
-        "status": "running",
-        "error": None,
-        "experiment": cfg.get("experiment"),
-        "dataset": choices.get("dataset") or "custom",
-        "model": choices.get("model") or "custom",
-        "loss": choices.get("loss") or "custom",
-        "augment": choices.get("augment") or "custom",
-        "seed": int(cfg.seed),
-        "params": run_params(cfg),
-        "best_epoch": None,
-        "selection_metric": cfg.trainer.selection_metric,
-        "val": {},
-        "test": {},
-        "epoch_seconds": None,
-        "versions": versions(),
-        "provenance": run_provenance,
-    }
-
-
 def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
     """One line saying what runs: data set, model, loss, K, epochs, device and processes."""
     choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
@@ -133,20 +84,6 @@ def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
     return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
             f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, k={cfg.k}, "
             f"{cfg.trainer.epochs} epochs, seed {cfg.seed}, device {device}{processes}")
-
-
-def check_output_dir(run_dir: Path) -> None:
-    """One sentence, before anything is written, if the run directory cannot be written or a
-    file stands where the run keeps one of its folders."""
-    reason = unwritable_reason(run_dir)
-    if reason is not None:
-        raise ConfigError(
-            f"the output directory {run_dir} cannot be written ({reason}); "
-            "choose another with hydra.run.dir=... (or hydra.sweep.dir=... for -m)."
-        )
-    misplaced = file_in_place_of_folder(run_dir)
-    if misplaced is not None:
-        raise ConfigError(f"{misplaced} with hydra.run.dir=... (or hydra.sweep.dir=... for -m).")
 
 
 def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> FitSettings:
@@ -294,141 +231,17 @@ def tracked(on_epoch_end, tracker):
     return each_epoch
 
 
-def log_to_file_only(message: str, level: int = logging.INFO) -> None:
-    """Append ``message`` to the run's log file (Hydra's ``train.log``) without echoing it on the
-    console (where :func:`main` prints an error once, and a progress bar shows an epoch)."""
-    entry = log.makeRecord(log.name, level, __file__, 0, message, None, None)
-    for handler in logging.getLogger().handlers:
-        if isinstance(handler, logging.FileHandler):
-            handler.handle(entry)
-
-
-def end_record(run_dir: Path, record: dict, distributed, status: str, error: str | None) -> None:
-    """Write the run's final ``status`` and end time (rank 0); a failed or interrupted run's
-    ``error`` goes to ``train.log`` too."""
-    record.update(status=status, error=error)
-    record["provenance"]["ended_utc"] = utc_now()
-    if distributed.is_main:
-        write_results(run_dir, record)
-        if error is not None:
-            log_to_file_only(f"{status}: {error}", logging.ERROR)
-
-
-def keep_first_start(run_dir: Path, record: dict) -> None:
-    """A resumed run keeps the ``started_utc`` of its first session, read from the
-    ``results.json`` it continues (when it continues a checkpoint and that record holds one), so
-    that ``started_utc`` to ``ended_utc`` spans the whole run, pauses included. The other
-    provenance keys are this session's."""
-    if not (run_dir / "checkpoints" / "last.pt").exists():
-        return  # trains from scratch: a new start
-    try:
-        started = json.loads((run_dir / "results.json").read_text())["provenance"]["started_utc"]
-    except (OSError, ValueError, KeyError, TypeError):  # no earlier record, or one without provenance
-        return
-    if isinstance(started, str):
-        record["provenance"]["started_utc"] = started
-
-
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
-    """Run one configuration inside Hydra's job context and write its ``results.json``.
-
-    The run directory must hold no other run, or be resumed with the configuration its checkpoint
-    remembers (:mod:`topk.run_dir`); a refused run writes nothing. While the run is on,
-    ``run.lock`` in its directory says so (:class:`topk.locks.RunLock`), removed however it
-    ends. Under torchrun every process runs this; the run directory is rank 0's (the others'
-    Hydra output went to a scratch directory, see :func:`topk.distributed.worker_argv`), and only
-    rank 0 writes in it and holds its lock.
-    """
+    """Run one configuration inside Hydra's job context and write its ``results.json``: the
+    config checked (:func:`topk.schema.check_job`), then the run in its directory
+    (:func:`topk.run_dir.run_session`: checked, locked, claimed or resumed, its status written
+    however it ends) built and trained by :func:`run`."""
     hydra_cfg = HydraConfig.get()
-    run_dir = Path(hydra_cfg.runtime.output_dir)
-    check_config(cfg)  # the schema (checked before Hydra wrote anything, unless another sweeper made cfg)
-    target_problem = schema_store.job_target_problem(cfg, hydra_cfg)  # callables only conf/'s (docs/trust.md)
-    if target_problem is not None:
-        raise ConfigError(target_problem)
-    distributed = dist_setup.from_environment()
-    run_provenance = provenance(CODE_DIR, list(hydra_cfg.overrides.task), sys.argv, distributed.world_size)
-    if resumes_by_itself(run_dir):
-        log.info("%s holds this submitit job's interrupted run: the requeued job resumes it", run_dir)
-        cfg.trainer.resume = True
-    record = base_record(cfg, hydra_cfg.runtime.choices, run_provenance)
-    resume = bool(cfg.trainer.resume)
-    lock = None
-    if distributed.is_main:
-        check_output_dir(run_dir)
-        check_run_dir(run_dir, record["params"], resume, in_sweep=hydra_cfg.mode == RunMode.MULTIRUN,
-                      written_by_hydra=written_by_hydra(hydra_cfg))
-        lock = acquire_lock(run_dir)
-    try:
-        return train_locked(cfg, run_dir, record, distributed, on_epoch_end)
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def resumes_by_itself(run_dir: Path) -> bool:
-    """A submitit job whose directory holds an interrupted run is that run requeued (by submitit
-    after the preemption signal, :meth:`topk.engine.StopRequests.requeue_if_preempted`, or by
-    SLURM itself) and resumes it. Nothing else leaves one there: a sweep started again into its
-    directory is refused before any job is submitted unless it says ``trainer.resume=true``."""
-    return preemption_signal() is not None and record_status(run_dir) == "interrupted"
-
-
-def save_job_config(run_dir: Path, cfg: DictConfig) -> None:
-    """Write the job's ``.hydra/config.yaml``, ``hydra.yaml`` and ``overrides.yaml``, the files
-    Hydra writes when ``hydra.output_subdir`` is set: here once the run directory is checked and
-    locked, so that a refused run leaves its directory as it was (``conf/train.yaml`` sets
-    ``hydra.output_subdir: null``). Each file is written whole or not at all."""
-    hydra_cfg = HydraConfig.get()
-    files = {"config.yaml": cfg, "hydra.yaml": OmegaConf.create({"hydra": hydra_cfg}),
-             "overrides.yaml": OmegaConf.create(list(hydra_cfg.overrides.task))}
-    (run_dir / ".hydra").mkdir(exist_ok=True)
-    for name, config in files.items():
-        write_atomically(run_dir / ".hydra" / name, partial(OmegaConf.save, config))
-
-
-def written_by_hydra(hydra_cfg) -> list[str]:
-    """What Hydra wrote in the job's directory before :func:`train` runs: its output folder
-    (``.hydra``) and the job's log (``train.log``)."""
-    names = [f"{hydra_cfg.job.name}.log"]
-    return [hydra_cfg.output_subdir, *names] if hydra_cfg.get("output_subdir") else names
-
-
-def train_locked(cfg: DictConfig, run_dir: Path, record: dict, distributed, on_epoch_end) -> dict:
-    """:func:`train` once the run directory is checked (and, on rank 0, locked)."""
-    resume = bool(cfg.trainer.resume)
-    finished = False  # a completed run resumed after its last.pt was pruned: nothing to train
-    if distributed.is_main:
-        finished = resume and finished_without_checkpoint(run_dir)
-        if not resume:
-            claim(run_dir, record)
-        elif not finished:
-            keep_first_start(run_dir, record)
-            write_results(run_dir, record)
-    try:
-        if distributed.is_main:
-            save_job_config(run_dir, cfg)
-        distributed, device = dist_setup.setup(cfg.trainer.distributed_backend, resolve_device(cfg.trainer.device))
-        record["provenance"].update(device_provenance(device, distributed.world_size))
-        run_dir, finished = distributed.broadcast((str(run_dir), finished))
-        run_dir = Path(run_dir)
-        dist_setup.remove_worker_scratch()
-        if finished:
-            log.info("%s holds a completed run without checkpoints/last.pt: its record is kept as it is", run_dir)
-            return read_results(run_dir / "results.json")
-        run(cfg, run_dir, record, on_epoch_end, distributed, device)
-    except KeyboardInterrupt as stop:  # fit's RunInterrupted, or a stop before training: nothing saved
-        interruption = stop if isinstance(stop, RunInterrupted) else RunInterrupted(0)
-        end_record(run_dir, record, distributed, "interrupted", str(interruption))
-        raise interruption from None
-    except Exception as error:
-        end_record(run_dir, record, distributed, "failed", f"{type(error).__name__}: {error}")
-        raise
-    end_record(run_dir, record, distributed, "completed", None)
-    if distributed.is_main:
-        prune_checkpoints(run_dir, cfg.trainer.keep_checkpoints)
-    top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top3", "top5")}
-    log.info("completed: test %s; record in %s", top, run_dir / "results.json")
-    return record
+    check_job(cfg, hydra_cfg)
+    with run_session(cfg, hydra_cfg, CODE_DIR, sys.argv) as session:
+        if not session.finished:
+            run(cfg, session.run_dir, session.record, on_epoch_end, session.distributed, session.device)
+    return session.record
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
@@ -451,13 +264,13 @@ def main(cfg: DictConfig) -> float | None:
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
         warn_if_single_run_of_a_sweep(cfg)
-    # engine.stop_requests, not a name imported into this module: submitit pickles this function
+    # stopping.stop_requests, not a name imported into this module: submitit pickles this function
     # by value (train.py is __main__), and would give the job a copy of the process's one handler.
-    with engine.stop_requests.installed():
+    with stopping.stop_requests.installed():
         try:
             return selected_value(train(cfg))
         except RunInterrupted as interruption:
-            engine.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
+            stopping.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
             if not single_run:
                 raise  # stops the whole sweep: one line and exit 130 at __main__
             print(f"Interrupted: {interruption}; the same command with trainer.resume=true "
@@ -494,7 +307,7 @@ def cli() -> None:
     # Under torchrun, the processes after the first leave Hydra's files to the first.
     sys.argv = dist_setup.worker_argv(sys.argv)
     try:
-        with engine.stop_requests.installed():
+        with stopping.stop_requests.installed():
             try:
                 main()
             except KeyboardInterrupt:

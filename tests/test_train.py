@@ -389,7 +389,7 @@ def test_sigterm_writes_interrupted_and_the_run_resumes(tmp_path):
 def test_device_auto_picks_cuda_only_when_present():
     import torch
 
-    from topk.engine import resolve_device
+    from topk.distributed import resolve_device
 
     expected = "cuda" if torch.cuda.is_available() else "cpu"
     assert resolve_device("auto").type == expected

@@ -120,23 +120,6 @@ class FitResult:
 
 # --- configuration checks -------------------------------------------------------------------------
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` picks CUDA when present, else the CPU; ``cpu``, ``cuda`` and ``cuda:N`` name one.
-    Anything else (``gpu``, ``cuda:x``) is one sentence listing what is allowed."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError):
-        device = None
-    if device is None or device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"trainer.device={name} is not a device this framework trains on; choose "
-                          "auto, cpu, cuda or cuda:N.")
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("trainer.device=cuda but no CUDA device is visible; use auto or cpu.")
-    return device
-
-
 def metric_names(ks: list[int], groups=(), average_k: bool = True) -> list[str]:
     """The metrics an evaluated split reports; ``avg{k}`` and ``macro_avg{k}`` only with
     ``average_k``, i.e. when the run evaluates a ``val`` split, whose probabilities set their

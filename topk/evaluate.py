@@ -42,8 +42,10 @@ from topk.build import (
     normalisation,
     seed_everything,
 )
+from topk.checkpoints import _unusable, load_checkpoint
 from topk.data.batches import close_batches
-from topk.engine import _unusable, evaluate_splits, load_checkpoint, resolve_device
+from topk.distributed import resolve_device
+from topk.engine import evaluate_splits
 from topk.errors import CheckpointError, ConfigError, TopkError
 from topk.metrics import clip_ks
 from topk.precision import MixedPrecision

@@ -51,7 +51,7 @@ class Progress:
     """The epoch bar and the per-batch meters of one run (see the module docstring).
 
     ``enabled`` is ``trainer.progress`` on rank 0; ``to_file`` writes a line to ``train.log``
-    alone (``train.log_to_file_only``), or ``None`` outside a Hydra run."""
+    alone (:func:`log_to_file_only`), or ``None`` outside a Hydra run."""
 
     def __init__(self, epochs: int, start_epoch: int, description: str, selection_metric: str, enabled: bool,
                  every: int = 100, stream=None, to_file=None):
@@ -130,3 +130,14 @@ class BatchMeter:
             left = (self.count - batch_index - 1) * seconds / (batch_index + 1)
             log.info("epoch %d, batch %d/%d: loss %.4f, %.0f images/s, %.0f s left in the epoch", self.epoch,
                      batch_index + 1, self.count, float(loss_sum) / sample_count, rate, left)
+
+
+def log_to_file_only(message: str, level: int = logging.INFO) -> None:
+    """Append ``message`` to the run's log file (Hydra's ``train.log``, logger ``train``) without
+    echoing it on the console, where ``train.py`` prints an error once and a progress bar shows
+    an epoch."""
+    logger = logging.getLogger("train")
+    entry = logger.makeRecord(logger.name, level, __file__, 0, message, None, None)
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.handle(entry)

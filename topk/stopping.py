@@ -6,7 +6,7 @@ a stop. :func:`topk.engine.fit` takes a stop at the next batch boundary (:func:`
 with several processes, at the next of the checks made every :data:`STOP_CHECK_EVERY` batches,
 where all of them stop at the same batch) and raises :class:`RunInterrupted` with the epoch a
 resume continues after (docs/design.md §4, "Stops"). ``train.py`` installs the handler for the
-whole process and names it as ``engine.stop_requests`` (the same object as :data:`stop_requests`).
+whole process and names it as ``stopping.stop_requests`` (:data:`stop_requests`).
 """
 
 from __future__ import annotations

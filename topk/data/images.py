@@ -255,7 +255,7 @@ def leave_stops_to_the_main_process(worker_id: int) -> None:
     by signal" before the main process could stop at its next batch boundary and save
     (:class:`topk.engine.StopRequests`). The main process stops them itself
     (:meth:`ImageBatches.close`); they also end if it dies (torch's watchdog)."""
-    from topk.engine import preemption_signal
+    from topk.stopping import preemption_signal
 
     for number in (signal.SIGINT, signal.SIGTERM, preemption_signal()):
         if number is not None:

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from topk.errors import ConfigError
-from topk.schema.check import composition_problem
+from topk.schema.check import check_config, composition_problem
 from topk.schema.groups import SCHEMAS
 from topk.schema.targets import (
     Offered,
@@ -119,6 +119,18 @@ def command_line_target_problem(cfg: DictConfig, swept: dict[str, list[str]]) ->
     outside = outside or next(((key, value) for key, values in swept.items() for value in values
                                if value not in offered_here.targets), None)
     return None if outside is None else command_line_target_sentence(*outside)
+
+
+def check_job(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
+    """The last check of a job's composed config before anything of it is built, whatever
+    composed it (the command line, a sweep's job, an Optuna trial, ``--config-dir``): the schema
+    (:func:`topk.schema.check.check_config`) and the callables it may name
+    (:func:`job_target_problem`, docs/trust.md); :class:`~topk.errors.ConfigError` with one
+    sentence for the first problem."""
+    check_config(cfg)
+    problem = job_target_problem(cfg, hydra_cfg)
+    if problem is not None:
+        raise ConfigError(problem)
 
 
 def job_target_problem(cfg: DictConfig, hydra_cfg: DictConfig) -> str | None:
