@@ -5,13 +5,15 @@
     python train.py -m +experiment=s20_exp2          # a paper sweep (multirun)
     torchrun --nproc_per_node=2 train.py ...         # data-parallel over 2 processes (DDP)
 
-Hydra composes ``conf/train.yaml``; this file is the only place that turns configuration into
-objects (docs/design.md §2). Every run leaves its record in its Hydra run directory.
+Read top to bottom: :func:`run` builds a run from its composed config (:mod:`topk.build`), trains
+it (:func:`topk.engine.fit`) and fills its record; :func:`train` checks the config and runs it in
+its directory (:func:`topk.run_dir.run_session`: locked, claimed or resumed, its status written
+however it ends); :func:`main` is Hydra's job; :func:`cli` the command line (:mod:`topk.cli`).
+Every run leaves its record in its Hydra run directory (docs/design.md §2).
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import signal
 import sys
@@ -28,51 +30,40 @@ from topk import stopping
 from topk.build import (
     build,
     build_augment,
+    build_batches,
     build_loss,
     build_model,
     check_study_k,
     check_validation_split,
     eval_scores,
     has_batch_norm,
-    make_batches,
     normalisation,
     schedule_arguments,
     seed_everything,
-    without_lone_last_batch,
 )
 from topk.cli import (
-    close_log_file,
     evaluation_argv,
     exit_on_composition_problem,
     exit_with_help_if_asked,
-    no_space_sentence,
-    report_error,
+    run_ending,
     selected_value,
     warn_if_single_run_of_a_sweep,
 )
 from topk.data.batches import close_batches
 from topk.distributed import resolve_device
 from topk.engine import FitSettings, fit
-from topk.errors import RunRefused, TopkError
-from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
+from topk.hydra_callbacks import close_interrupted_sweep
 from topk.metrics import clip_ks
 from topk.progress import log_to_file_only
-from topk.records import tensorboard_dir
-from topk.run_dir import override_key, run_session
+from topk.records import add_fit_result
+from topk.run_dir import run_session
 from topk.schema import store as schema_store
 from topk.schema.store import check_job
-from topk.stopping import RunInterrupted, StopRequests
-from topk.trackers import (
-    described_overrides,
-    final_metrics,
-    hyperparameters,
-    run_name,
-    write_hparams,
-)
+from topk.stopping import StopRequests
+from topk.trackers import final_metrics, run_name, tracked, write_run_hparams
 
 log = logging.getLogger("train")
 CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
-
 CONF_DIR = CODE_DIR / "conf"
 schema_store.register()  # the typed schema of every config group, before Hydra composes conf/
 
@@ -112,10 +103,9 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> Fi
 
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
         distributed=dist_setup.SINGLE_PROCESS, device=None) -> dict:
-    """Build everything from ``cfg``, train, and fill ``record``; returns the record.
-
-    ``distributed`` and ``device`` come from :func:`topk.distributed.setup` under torchrun.
-    """
+    """Build everything from ``cfg`` (:mod:`topk.build`), train (:func:`topk.engine.fit`), and
+    fill ``record``; returns the record. ``distributed`` and ``device`` come from
+    :func:`topk.distributed.setup` under torchrun."""
     trainer = cfg.trainer
     if trainer.num_threads:
         torch.set_num_threads(int(trainer.num_threads))
@@ -132,32 +122,20 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     loss_fn = build_loss(cfg.loss, splits).to(device)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
     check_validation_split(trainer, splits)
-
     model = build_model(cfg.model, splits, trainer, device, distributed)
     if distributed.enabled:  # independent noise (noised losses), Mixup and augmentation draws in each process
         seed_everything(dist_setup.process_seed(seed, distributed))
     optimizer = build(cfg.optim, "optim", model.parameters())
     image_augment, mix = build_augment(cfg.augment, splits)  # per-image transforms; batch -> target step
-    normalize = normalisation(splits)
-
-    train_batches = make_batches(splits, "train", trainer, seed, device, image_augment, normalize, distributed)
-    if has_batch_norm(model):
-        train_batches = without_lone_last_batch(train_batches, len(splits.train), trainer.batch_size, distributed)
+    train_batches, eval_batches = build_batches(splits, trainer, seed, device, image_augment, normalisation(splits),
+                                                has_batch_norm(model), distributed)
     scheduler = build(cfg.schedule, "schedule", optimizer, **schedule_arguments(cfg.schedule, train_batches))
-    eval_batches = {
-        name: make_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
-        for name in ("val", "test")
-        if getattr(splits, name) is not None
-    }
 
     settings = fit_settings(trainer, ks, splits, record)
     tracker = start_tracker(cfg, record) if distributed.is_main else None
     try:
-        result = fit(
-            model, loss_fn, optimizer, scheduler, train_batches, eval_batches,
-            splits.num_classes, run_dir, settings, mix=mix,
-            on_epoch_end=tracked(on_epoch_end, tracker), distributed=distributed,
-        )
+        result = fit(model, loss_fn, optimizer, scheduler, train_batches, eval_batches, splits.num_classes,
+                     run_dir, settings, mix=mix, on_epoch_end=tracked(on_epoch_end, tracker), distributed=distributed)
     except BaseException as stop:
         if tracker is not None:
             tracker.finish("interrupted" if isinstance(stop, KeyboardInterrupt) else "failed", {})
@@ -165,36 +143,12 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     finally:  # image-decoding workers stop with the run, however it ends
         for batches in (train_batches, *eval_batches.values()):
             close_batches(batches)
-    record_result(record, result, splits, distributed)
+    add_fit_result(record, result, splits.class_counts, splits.class_groups, distributed.world_size)
     if tracker is not None:
         tracker.finish("completed", final_metrics(record, "final/"))
     if trainer.tensorboard and distributed.is_main:
-        override_keys = [override_key(override) for override in described_overrides(job_overrides())]
-        write_hparams(tensorboard_dir(run_dir, settings.tensorboard_name), hyperparameters(record, override_keys),
-                      final_metrics(record, "hparams/"), varied=override_keys)
+        write_run_hparams(run_dir, settings.tensorboard_name, record, job_overrides())
     return record
-
-
-def record_result(record: dict, result, splits, distributed) -> None:
-    """What ``fit`` found, into the run's ``record``."""
-    record.update(
-        best_epoch=result.best_epoch,
-        val=result.metrics.get("val", {}),
-        test=result.metrics.get("test", {}),
-        epoch_seconds=result.epoch_seconds,
-        test_per_class={f"top{k}": v for k, v in result.per_class.get("test", {}).items()},
-        test_class_samples=result.class_samples.get("test", []),
-        class_counts=splits.class_counts,
-        samples=result.samples,
-        processes=distributed.world_size,
-        also_selected={metric: {"best_epoch": selected["best_epoch"], "val": selected["metrics"].get("val", {}),
-                                "test": selected["metrics"].get("test", {}),
-                                "test_per_class": {f"top{k}": v for k, v in
-                                                   selected["per_class"].get("test", {}).items()}}
-                       for metric, selected in result.also_selected.items()},
-    )
-    if splits.class_groups:
-        record["class_groups"] = splits.class_groups
 
 
 def job_overrides() -> list[str]:
@@ -218,19 +172,6 @@ def start_tracker(cfg: DictConfig, record: dict):
     return tracker
 
 
-def tracked(on_epoch_end, tracker):
-    """``on_epoch_end`` that also hands each epoch's history row to ``tracker``."""
-    if tracker is None:
-        return on_epoch_end
-
-    def each_epoch(epoch: int, row: dict) -> None:
-        tracker.log(row)
-        if on_epoch_end is not None:
-            on_epoch_end(epoch, row)
-
-    return each_epoch
-
-
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``: the
     config checked (:func:`topk.schema.check_job`), then the run in its directory
@@ -250,15 +191,10 @@ def main(cfg: DictConfig) -> float | None:
     Hydra's Optuna sweeper optimises (a sweep under it must select on a validation metric:
     :func:`topk.hydra_callbacks.tuning_problem`); ``None`` for a failed run, which that sweeper
     counts as a failed trial (``hydra.sweeper.max_failure_rate``, 0 by default, says how many it
-    tolerates).
+    tolerates). How a run's end is said: :func:`topk.cli.run_ending`.
 
-    One run prints its error as one sentence and exits 1 (130 when interrupted); in a sweep a
-    failed run prints its sentence and the sweep goes on, while an interrupted one stops it: a
-    ``RunInterrupted`` is a ``KeyboardInterrupt``, which Hydra's launchers let through to
-    ``__main__`` below.
-
-    Ctrl-C and SIGTERM are :class:`topk.engine.StopRequests`' (installed here for the job's
-    process, which under joblib is a worker of its own, and at ``__main__`` for the launching
+    Ctrl-C and SIGTERM are :class:`topk.stopping.StopRequests`' (installed here for the job's
+    process, which under joblib is a worker of its own, and in :func:`cli` for the launching
     one): a ``KeyboardInterrupt`` at once, except while ``fit`` trains, where it stops at the
     next batch boundary."""
     single_run = HydraConfig.get().mode == RunMode.RUN
@@ -266,28 +202,9 @@ def main(cfg: DictConfig) -> float | None:
         warn_if_single_run_of_a_sweep(cfg)
     # stopping.stop_requests, not a name imported into this module: submitit pickles this function
     # by value (train.py is __main__), and would give the job a copy of the process's one handler.
-    with stopping.stop_requests.installed():
-        try:
-            return selected_value(train(cfg))
-        except RunInterrupted as interruption:
-            stopping.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
-            if not single_run:
-                raise  # stops the whole sweep: one line and exit 130 at __main__
-            print(f"Interrupted: {interruption}; the same command with trainer.resume=true "
-                  "continues it.", file=sys.stderr)
-            sys.exit(130)
-        except TopkError as error:
-            if isinstance(error, RunRefused) and not single_run:
-                job = HydraConfig.get()
-                note_refused_run(job.sweep.dir, job.job.num, Path(job.runtime.output_dir))
-            report_error(str(error), single_run)
-        except OSError as error:  # a full disk, wherever it struck; other system errors keep their traceback
-            if error.errno != errno.ENOSPC:
-                raise
-            report_error(no_space_sentence(error), single_run)
-        finally:
-            close_log_file()
-        return None
+    with stopping.stop_requests.installed(), run_ending(single_run):
+        return selected_value(train(cfg))
+    return None  # a failed run of a sweep, said in one sentence
 
 
 def cli() -> None:

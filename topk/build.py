@@ -254,6 +254,19 @@ def make_batches(splits, name: str, trainer: DictConfig, seed: int, device, imag
     return LimitedBatches(batches, int(limit)) if limit and name == "train" else batches
 
 
+def build_batches(splits, trainer: DictConfig, seed: int, device, image_augment, normalize, batch_norm: bool,
+                  distributed=dist_setup.SINGLE_PROCESS):
+    """The training batches (without a last batch of one sample for a model with BatchNorm,
+    :func:`without_lone_last_batch`) and the evaluation batches of each split the data has
+    (``{"val": ..., "test": ...}``), as :func:`make_batches` makes them."""
+    train_batches = make_batches(splits, "train", trainer, seed, device, image_augment, normalize, distributed)
+    if batch_norm:
+        train_batches = without_lone_last_batch(train_batches, len(splits.train), trainer.batch_size, distributed)
+    eval_batches = {name: make_batches(splits, name, trainer, seed, device, image_augment, normalize, distributed)
+                    for name in ("val", "test") if getattr(splits, name) is not None}
+    return train_batches, eval_batches
+
+
 def evaluated_subset(split, limit: int, eval_batch_size: int | None, seed: int):
     """The part of an evaluation ``split`` that ``limit`` batches hold: ``limit * eval_batch_size``
     samples, every class as evenly as that allows, drawn with the run's ``seed`` (the same subset

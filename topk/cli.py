@@ -5,13 +5,19 @@ exit 1 for a single run; a sweep goes on), with the value an Optuna sweeper opti
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from topk import stopping
+from topk.errors import RunRefused, TopkError
+from topk.hydra_callbacks import note_refused_run
 from topk.schema.check import null_option_problem
 from topk.schema.store import command_line_problem
 
@@ -108,3 +114,33 @@ def close_log_file() -> None:
     for handler in [handler for handler in root.handlers if isinstance(handler, logging.FileHandler)]:
         root.removeHandler(handler)
         handler.close()
+
+
+@contextlib.contextmanager
+def run_ending(single_run: bool) -> Iterator[None]:
+    """How a job's end is said. One run prints its error as one sentence and exits 1 (130 when
+    interrupted, with how to resume); in a sweep a failed run prints its sentence and the sweep
+    goes on (the block's error is suppressed), while an interrupted one stops it: a
+    :class:`~topk.stopping.RunInterrupted` is a ``KeyboardInterrupt``, which Hydra's launchers
+    let through to ``train.cli``. A preempted submitit job is requeued here and exits. The job's
+    log file is closed however it ends (:func:`close_log_file`)."""
+    try:
+        yield
+    except stopping.RunInterrupted as interruption:
+        stopping.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
+        if not single_run:
+            raise  # stops the whole sweep: one line and exit 130 at train.cli
+        print(f"Interrupted: {interruption}; the same command with trainer.resume=true "
+              "continues it.", file=sys.stderr)
+        sys.exit(130)
+    except TopkError as error:
+        if isinstance(error, RunRefused) and not single_run:
+            job = HydraConfig.get()
+            note_refused_run(job.sweep.dir, job.job.num, Path(job.runtime.output_dir))
+        report_error(str(error), single_run)
+    except OSError as error:  # a full disk, wherever it struck; other system errors keep their traceback
+        if error.errno != errno.ENOSPC:
+            raise
+        report_error(no_space_sentence(error), single_run)
+    finally:
+        close_log_file()

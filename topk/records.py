@@ -210,6 +210,31 @@ def validate_also_selected(also_selected) -> None:
             raise ValueError(f"results.json also_selected[{metric!r}] test_per_class is not a mapping of lists")
 
 
+def add_fit_result(record: dict, result, class_counts: list[int], class_groups: Mapping | None,
+                   world_size: int) -> None:
+    """What :func:`topk.engine.fit` found (its ``FitResult``), into the run's ``record``: the
+    selected model's epoch and metrics, its test class accuracies and class sizes, the models
+    kept by ``trainer.also_select_on`` with theirs, and the data's class counts and groups."""
+    record.update(
+        best_epoch=result.best_epoch,
+        val=result.metrics.get("val", {}),
+        test=result.metrics.get("test", {}),
+        epoch_seconds=result.epoch_seconds,
+        test_per_class={f"top{k}": v for k, v in result.per_class.get("test", {}).items()},
+        test_class_samples=result.class_samples.get("test", []),
+        class_counts=class_counts,
+        samples=result.samples,
+        processes=world_size,
+        also_selected={metric: {"best_epoch": selected["best_epoch"], "val": selected["metrics"].get("val", {}),
+                                "test": selected["metrics"].get("test", {}),
+                                "test_per_class": {f"top{k}": v for k, v in
+                                                   selected["per_class"].get("test", {}).items()}}
+                       for metric, selected in result.also_selected.items()},
+    )
+    if class_groups:
+        record["class_groups"] = class_groups
+
+
 def write_results(run_dir: Path, record: Mapping, name: str = "results.json") -> Path:
     """Check ``record`` against the contract and write it to ``run_dir/name``, whole or not at all."""
     validate_results(record)

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from topk.errors import ConfigError
+from topk.records import tensorboard_dir
 from topk.run_dir import HARMLESS_KEYS, override_key
 
 
@@ -92,6 +93,28 @@ def write_hparams(log_dir: Path, hparams: dict, metrics: dict[str, float], varie
             writer.file_writer.add_summary(summary)
         for name, value in metrics.items():
             writer.add_scalar(name, value)
+
+
+def write_run_hparams(run_dir: Path, name: str, record: Mapping, overrides: list[str]) -> None:
+    """A completed run's hyper-parameters and final metrics into its ``tb/<name>/`` folder
+    (:func:`write_hparams`), the keys its ``overrides`` vary marked as varied."""
+    override_keys = [override_key(override) for override in described_overrides(overrides)]
+    write_hparams(tensorboard_dir(run_dir, name), hyperparameters(record, override_keys),
+                  final_metrics(record, "hparams/"), varied=override_keys)
+
+
+def tracked(on_epoch_end, tracker):
+    """``on_epoch_end`` that also hands each epoch's history row to ``tracker`` (``None``: no
+    tracker, ``on_epoch_end`` as it is)."""
+    if tracker is None:
+        return on_epoch_end
+
+    def each_epoch(epoch: int, row: dict) -> None:
+        tracker.log(row)
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, row)
+
+    return each_epoch
 
 
 class MLflowTracker:
