@@ -95,7 +95,7 @@ class LimitedBatches:
     smoke runs and debugging on a data set of any size.
 
     For training batches only, which are shuffled every epoch, so that their first batches are a
-    random sample. Evaluation splits are often sorted by class: ``train.make_batches`` limits them
+    random sample. Evaluation splits are often sorted by class: ``topk.build.make_batches`` limits them
     to a class-stratified subset instead (:func:`topk.data.splits.stratified_indices`)."""
 
     def __init__(self, batches, limit: int):

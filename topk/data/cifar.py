@@ -129,13 +129,13 @@ def _unpickle(path: Path) -> dict:
         The file is not a pickle (random bytes), is cut short, or holds something else than a
         dict; the message names the file and says to fetch the release again.
     PermissionError
-        The file cannot be opened by this user (``train.build`` names the path and the fix).
+        The file cannot be opened by this user (``topk.build.build`` names the path and the fix).
     """
     try:
         with open(path, "rb") as handle:
             entry = _ReleaseUnpickler(handle, encoding="bytes").load()
     except PermissionError:
-        raise  # the file is fine, its permissions are not: train.build says so
+        raise  # the file is fine, its permissions are not: topk.build.build says so
     except Exception as error:  # broken bytes raise many types: EOFError, UnpicklingError, ...
         raise DataError(f"{path} is not a readable CIFAR-100 python pickle ({_describe(error)}); "
                         f"{_redownload(path)}.") from error

@@ -48,7 +48,7 @@ def read_arrays(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         else:
             content = torch.load(path, map_location="cpu", weights_only=True)
     except PermissionError:
-        raise  # the file is fine, its permissions are not: train.build says so
+        raise  # the file is fine, its permissions are not: topk.build.build says so
     except (OSError, ValueError, RuntimeError, EOFError, zipfile.BadZipFile) as error:
         raise ConfigError(f"{path} cannot be read ({error}); write it again as {_LAYOUT}.") from None
     if not isinstance(content, dict) or not {"features", "labels"} <= set(content):

@@ -2,7 +2,7 @@
 
 Each raises ``ValueError`` with one sentence that names the Python argument, the value given
 and what is allowed (``k must be a whole number of at least 1, got 2.5``), without a final full
-stop, so that a caller can embed it: ``train.build`` turns a constructor's refusal into ``loss
+stop, so that a caller can embed it: ``topk.build.build`` turns a constructor's refusal into ``loss
 cannot be built (k must be …); check the loss.* values.``, which names the config group. They
 are plain ``ValueError`` rather than :class:`~topk.errors.ConfigError` for that reason (a
 ``ConfigError`` reaches the user as it is, without the group).

@@ -2,7 +2,7 @@
 from the training split's class counts into the weight vector that every loss of :mod:`topk`
 takes as ``weight=`` (:class:`topk.losses.base.Loss`: each sample's loss weighted by its label's
 weight, the weighted mean over the batch); :class:`ClassWeighted` gives torch's cross-entropy the
-same weighting (``train.build_loss``)."""
+same weighting (``topk.build.build_loss``)."""
 
 from __future__ import annotations
 
