@@ -18,7 +18,6 @@ from topk.schema.store import register
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
 
-sys.path.insert(0, str(ROOT))  # train.py lives at the top level, beside conf/
 register()  # the config groups' schemas, which conf/ names in its defaults lists
 
 

@@ -386,13 +386,10 @@ def test_make_figures_script_new_ids_and_missing_sweep(b18_tau_sweep, tmp_path, 
 
 
 def load_script(name):
-    """``scripts/<name>.py`` as a module (the scripts are not a package)."""
-    import importlib.util
+    """The module of ``scripts/<name>.py``'s command line (``topk.report.<name>``)."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"topk.report.{name}")
 
 
 def test_s20_cifar_ce_reaching_99_is_judged_at_33_where_runs_record_k_to_40():

@@ -343,11 +343,8 @@ def test_a_corrupt_record_is_counted_not_fatal(tmp_path):
 
 
 def test_readme_figures_come_only_from_complete_full_scale_sweeps(tmp_path, capsys):
-    import importlib.util
+    from topk.report import make_report as script
 
-    spec = importlib.util.spec_from_file_location("make_report", ROOT / "scripts" / "make_report.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
     out, figures = tmp_path / "outputs", tmp_path / "figures"
     write_sweep(out / "sweeps" / "s20_exp1" / "a", "s20_exp1", protocol_records("s20_exp1", s20_metrics()))
     assert script.main(["--outputs", str(out), "--readme-figures", str(figures)]) == 1
@@ -383,12 +380,10 @@ def tree_hashes(root: Path) -> dict[str, str]:
 
 
 def load_script(name: str):
-    import importlib.util
+    """The module of ``scripts/<name>.py``'s command line."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return importlib.import_module(f"topk.cards.{name}" if name == "make_cards" else f"topk.report.{name}")
 
 
 def tau_metrics(values):

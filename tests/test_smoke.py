@@ -4,18 +4,12 @@ sweep in which one run fails still gives its table, the failure counted."""
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 from test_faults import run_main
 
-from conftest import ROOT
 from topk.data.fixtures import write_smoke_data
 from topk.records import find_results
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import make_figures  # noqa: E402
-import make_tables  # noqa: E402
+from topk.report import make_figures, make_tables
 
 FIGURE_IDS = {"s20_exp2", "s20_cifar", "g22_time"}
 

@@ -7,20 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 
 import pandas as pd
 import pytest
 import yaml
 from test_faults import run_main
 
-from conftest import CONF, ROOT, compose_config
+from conftest import CONF, compose_config
 from topk.data.fixtures import write_smoke_data
+from topk.report import make_tables
 from topk.report.tables import build_table
 from topk.report.tuning import search_space
-
-sys.path.insert(0, str(ROOT / "scripts"))
-import make_tables  # noqa: E402
 
 pytest.importorskip("hydra_plugins.hydra_optuna_sweeper", reason="the tune extra (hydra-optuna-sweeper)")
 
