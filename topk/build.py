@@ -52,9 +52,10 @@ from topk.losses.base import Loss
 from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import ClassWeighted, class_weight_vector
 from topk.precision import channels_last
+from topk.repository import CONF
 
 log = logging.getLogger("train")
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = CONF  # the repository's conf/ (topk.repository)
 
 
 def compose(overrides=(), config_dir: Path | None = None) -> DictConfig:

@@ -15,11 +15,10 @@ from hydra.core.global_hydra import GlobalHydra
 from omegaconf import DictConfig, OmegaConf
 
 from topk.build import DataFacts, build_loss
+from topk.repository import CONF, OUTPUTS
 from topk.schema.store import register
 
-ROOT = Path(__file__).resolve().parents[2]  # the repository: conf/, train.py, outputs/
-CONF = ROOT / "conf"
-BENCH_OUT = ROOT / "outputs" / "bench"
+BENCH_OUT = OUTPUTS / "bench"
 
 
 def parser(doc: str | None) -> argparse.ArgumentParser:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from topk.bench.common import ROOT, available_cores
+from topk.bench.common import available_cores
+from topk.repository import ROOT
 
 G22_FIG3 = ROOT / "topk" / "paper_results" / "g22_fig3_epoch_time.csv"
 # Below this CPU use (see topk.bench.epochs.time_repeats) a timing most likely shared the cores

@@ -22,7 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from topk.bench.common import BENCH_OUT, ROOT, parser, write_outputs
+from topk.bench.common import BENCH_OUT, parser, write_outputs
+from topk.repository import ROOT
 
 BASELINE = "import torch"
 TARGETS = {"import topk": 1.1, "train.py --help": 1.5, "1-epoch default run": 2.0}

@@ -23,8 +23,9 @@ import torch
 from hydra import compose
 from hydra.utils import instantiate
 
-from topk.bench.common import ROOT, conf_options, configs, loss_with_data, parser, write_outputs
+from topk.bench.common import conf_options, configs, loss_with_data, parser, write_outputs
 from topk.data.transforms import Normalize
+from topk.repository import ROOT
 
 
 def build_setting(loss: str, model: str, device: torch.device):

@@ -41,13 +41,14 @@ import torch
 from hydra import compose
 from hydra.utils import instantiate
 
-from topk.bench.common import BENCH_OUT, ROOT, configs, parser, write_outputs
+from topk.bench.common import BENCH_OUT, configs, parser, write_outputs
 from topk.data import TensorBatches
 from topk.data.synthetic import random_images
 from topk.data.transforms import Compose, Normalize, RandomCropFlip
 from topk.engine import FitSettings, fit
 from topk.models.densenet import CifarDenseNet
 from topk.records import find_results
+from topk.repository import ROOT
 
 EXPERIMENTS = ("s20_exp1", "s20_exp2", "s20_exp3")
 SWEPT = {"s20_exp1": ("dataset.sigma", 20), "s20_exp2": ("dataset.d", 90), "s20_exp3": ("model.hidden", 8)}

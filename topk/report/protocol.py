@@ -32,9 +32,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from topk.repository import CONF
 from topk.run_dir import HARMLESS_KEYS, RENAMED_KEYS, override_key, run_params
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 # How fast, where or how verbosely a run trains, and how often it evaluates or saves: never what
 # it learns. The number of epochs is part of the protocol (it is harmless only to a resume).
 PROTOCOL_FREE_KEYS = (HARMLESS_KEYS - {"trainer.epochs"}) | {"trainer.eval_every", "protocol_card"}

@@ -22,8 +22,8 @@ from topk.report.cells import fmt
 from topk.report.protocol import at_smoke_scale
 from topk.report.render import Table
 from topk.report.runs import Sweep, best_sweep, column, display_path, load_sweep, number
+from topk.repository import CONF
 
-CONF = Path(__file__).resolve().parents[2] / "conf"
 TUNED_TABLES = {"zoo_cifar100_tuned": "zoo_cifar100", "zoo_plantnet_tuned": "zoo_plantnet"}
 TEST_METRICS = ("top1", "top5", "macro_top5", "avg5")  # the zoo tables' metrics
 RANKED_BY = "top5"
