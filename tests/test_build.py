@@ -33,3 +33,15 @@ def test_a_loss_is_built_without_a_data_set_from_data_facts():
     cfg = compose(["loss=ldam"])
     loss = build_loss(cfg.loss, DataFacts(4, [40, 20, 10, 5]))
     assert loss(torch.randn(6, 4), torch.tensor([0, 1, 2, 3, 0, 1])).isfinite()
+
+
+def test_the_readmes_notebook_block_runs(capsys):
+    """README's ``topk.build`` block, as written, prints a finite loss."""
+    from conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```python\nfrom topk.build import")
+    code = readme[start + len("```python\n"):readme.index("```", start + 3)]
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.startswith("tensor(") and "nan" not in printed
