@@ -7,7 +7,7 @@
 
 Read top to bottom: :func:`run` builds a run from its composed config (:mod:`topk.build`), trains
 it (:func:`topk.engine.fit`) and fills its record; :func:`train` checks the config and runs it in
-its directory (:func:`topk.run_dir.run_session`: locked, claimed or resumed, its status written
+its directory (:func:`topk.run_session.run_session`: locked, claimed or resumed, its status written
 however it ends); :func:`main` is Hydra's job; :func:`cli` the command line (:mod:`topk.cli`).
 Every run leaves its record in its Hydra run directory (docs/design.md §2).
 """
@@ -56,7 +56,7 @@ from topk.hydra_callbacks import close_interrupted_sweep
 from topk.metrics import clip_ks
 from topk.progress import log_to_file_only
 from topk.records import add_fit_result
-from topk.run_dir import run_session
+from topk.run_session import run_session
 from topk.schema import store as schema_store
 from topk.schema.store import check_job
 from topk.stopping import StopRequests
@@ -175,7 +175,7 @@ def start_tracker(cfg: DictConfig, record: dict):
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``: the
     config checked (:func:`topk.schema.check_job`), then the run in its directory
-    (:func:`topk.run_dir.run_session`: checked, locked, claimed or resumed, its status written
+    (:func:`topk.run_session.run_session`: checked, locked, claimed or resumed, its status written
     however it ends) built and trained by :func:`run`."""
     hydra_cfg = HydraConfig.get()
     check_job(cfg, hydra_cfg)

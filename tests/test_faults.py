@@ -233,12 +233,12 @@ def test_a_full_disk_is_one_sentence_and_a_failed_record(tmp_path, monkeypatch):
 
 
 def test_a_sweep_whose_record_cannot_be_written_exits_1(tmp_path, monkeypatch):
-    from topk import run_dir as run_directory
+    from topk import run_session
 
     def no_space(run_dir, record, distributed, status, error):
         raise OSError(errno.ENOSPC, "No space left on device", str(run_dir / "results.json"))
 
-    monkeypatch.setattr(run_directory, "end_record", no_space)
+    monkeypatch.setattr(run_session, "end_record", no_space)
     code, stderr = run_main(["-m", "seed=0", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
     assert code == 1 and "Traceback" not in stderr, stderr
     errors = [line for line in stderr.splitlines() if line.startswith("Error")]
