@@ -96,9 +96,9 @@ def test_every_loss_compiles_whole_and_matches_eager(name, soft):
 @pytest.mark.parametrize("soft", [False, True], ids=["labels", "mixup"])
 def test_noised_hinge_compiled_with_given_noise_matches_eager_noise_on_candidates(soft, monkeypatch):
     """Eager CPU mode draws noise only for the candidate columns, compiled mode for every column
-    (above FEW_CLASSES classes, lowered here): with the noise given, both give the same value and
+    (above SMALL_PERTURBATION, lowered here): with the noise given, both give the same value and
     gradient (G22 eq. 11-12)."""
-    monkeypatch.setattr(perturbed, "FEW_CLASSES", 0)
+    monkeypatch.setattr(perturbed, "SMALL_PERTURBATION", 0)
     generator = torch.Generator().manual_seed(1)
     batch, classes, k, epsilon, n_samples = 6, 40, 3, 0.2, 5
     scores = 4 * torch.randn(batch, classes, generator=generator, dtype=torch.float64)
@@ -156,7 +156,7 @@ def test_loss_compile_selects_the_kth_largest_in_one_kernel_with_eager_results()
     assert kth_largest_of(last, 1, compile=True)[1].tolist() == [[599, 599]]
     scores = 4 * torch.randn(16, 300, generator=generator, dtype=torch.float64)
     labels = torch.randint(0, 300, (16,), generator=generator)
-    noise = torch.randn(8, 16, 300, generator=generator, dtype=torch.float64)  # above FEW_CLASSES
+    noise = torch.randn(8, 16, 300, generator=generator, dtype=torch.float64)  # above SMALL_PERTURBATION
     margins = torch.ones(300, dtype=torch.float64)
 
     def loss(compile):
@@ -175,7 +175,7 @@ def test_loss_compile_without_a_compiler_stops_with_one_sentence(tmp_path):
     that names the cause and the way out."""
     script = ("import torch\n"
               "from topk.losses.noised import NoisedTopKHingeLoss\n"
-              "NoisedTopKHingeLoss(compile=True)(torch.randn(64, 100), torch.arange(64))\n")
+              "NoisedTopKHingeLoss(compile=True)(torch.randn(64, 100), torch.arange(64))\n")  # above SMALL_PERTURBATION
     env = {**os.environ, "CXX": str(tmp_path / "no-compiler"), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache")}
     result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True)
     assert result.returncode != 0

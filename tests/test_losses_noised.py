@@ -18,6 +18,7 @@ from topk.functional.perturbed import (
     candidates_perturbed,
     noise_source,
     perturbed_topk,
+    top_columns,
 )
 from topk.losses.hinge import CalibratedTopKHingeLoss
 from topk.losses.noised import NoisedImbalancedTopKHingeLoss, NoisedTopKHingeLoss, noised_topk_hinge
@@ -78,25 +79,25 @@ def seeded(function, seed):
     return run
 
 
-@pytest.fixture(params=["candidates", "every column"])
+@pytest.fixture(params=["small inputs", "candidates", "every column"])
 def path(request, monkeypatch):
-    """Each set of columns :func:`perturbed.perturbed_kth_largest` selects from: the tests'
-    label sets are small and take every column unless ``FEW_CLASSES`` is lowered, when eager
-    mode on the CPU takes the candidates; :func:`sync_free` takes every column as on an
-    accelerator."""
-    if request.param == "candidates":
-        monkeypatch.setattr(perturbed, "FEW_CLASSES", 0)
+    """Each way :func:`perturbed.perturbed_kth_largest` selects: the tests' inputs are small and
+    take the first unless ``SMALL_PERTURBATION`` is lowered; then eager mode on the CPU takes the
+    candidates, and :func:`sync_free` every column as on an accelerator."""
+    if request.param != "small inputs":
+        monkeypatch.setattr(perturbed, "SMALL_PERTURBATION", 0)
     with sync_free() if request.param == "every column" else contextlib.nullcontext():
         yield request.param
 
 
-def test_few_classes_take_every_column_and_more_take_the_candidates():
-    """Up to FEW_CLASSES classes (CIFAR-100's 100) no candidates are chosen; ImageNet's 1000 take them."""
+def test_small_inputs_select_along_the_classes_and_larger_ones_take_the_candidates():
+    """Up to SMALL_PERTURBATION perturbed scores (batch · B · n) no candidates are chosen."""
+    scores = torch.randn(64, 10)
     with unittest.mock.patch.object(perturbed, "candidates_perturbed", side_effect=AssertionError("candidates")):
-        perturbed_topk(torch.randn(64, 100), 2, 0.2, 10)
+        perturbed_topk(scores, 2, 0.2, 10)  # 6,400 perturbed scores
         with pytest.raises(AssertionError, match="candidates"):
-            perturbed_topk(torch.randn(4, 1000), 2, 0.2, 10)
-    assert 100 <= perturbed.FEW_CLASSES < 1000
+            perturbed_topk(torch.randn(64, 100), 2, 0.2, 10)  # 64,000
+    assert 64 * 10 * 100 > perturbed.SMALL_PERTURBATION >= 64 * 10 * 10
 
 
 def standard_noise(seed, n_samples, batch, n):
@@ -125,7 +126,7 @@ def candidates(scores, k, epsilon, noise):
 
 
 def test_perturbed_topk_on_candidates_matches_brute_force(monkeypatch):
-    monkeypatch.setattr(perturbed, "FEW_CLASSES", 0)
+    monkeypatch.setattr(perturbed, "SMALL_PERTURBATION", 0)
     # Spread scores and small ε: noise is drawn for a few columns per row only.
     generator = torch.Generator().manual_seed(7)
     scores = 20 * torch.randn(32, 10, generator=generator, dtype=torch.float64)
@@ -218,6 +219,21 @@ def test_kth_largest_equals_topk_with_ties_counted(dtype):
             assert (values.gather(0, position.unsqueeze(0))[0] == kth).all()
             later = torch.arange(9).view(-1, 1, 1) > position
             assert not ((values == kth) & later).any()
+
+
+def test_top_columns_are_distinct_columns_with_their_scores_and_often_the_top_k():
+    generator = torch.Generator().manual_seed(7)
+    scores = 4 * torch.randn(64, 1000, generator=generator)
+    scores[:, 990:] += 3  # the 40 columns outside the 64 groups of 15 are often among the top
+    for k, exact_share in ((1, 1.0), (6, 0.6), (16, 0.1)):  # k largest in distinct groups of 64
+        columns, values = top_columns(scores, k)
+        exact = torch.topk(scores, k, dim=1).values
+        assert torch.equal(scores.gather(1, columns), values)
+        assert (columns.sort(1).values.diff(dim=1) > 0).all()  # distinct
+        assert (values.diff(dim=1) <= 0).all() and (values <= exact).all()
+        assert (values == exact).all(1).float().mean() >= exact_share
+    small = scores[:, :100]  # below 8 groups' worth of columns: exact
+    assert torch.equal(top_columns(small, 6)[1], torch.topk(small, 6, dim=1).values)
 
 
 def test_g22_worked_example(path):
@@ -319,7 +335,7 @@ CASES = [(n, k) for n in (3, 4, 6, 10) for k in (1, 2, 3, 5) if k < n]
 
 @pytest.mark.parametrize("n,k", CASES)
 @pytest.mark.parametrize("imbalanced", [False, True])
-@pytest.mark.parametrize("path", ["every column"], indirect=True)  # the candidates draw in another order
+@pytest.mark.parametrize("path", ["small inputs", "every column"], indirect=True)  # the candidates draw in another order
 def test_noised_losses_match_brute_force(n, k, imbalanced, path):
     generator = torch.Generator().manual_seed(10 * n + k + 1000 * imbalanced)
     scores = torch.randn(9, n, generator=generator, dtype=torch.float64)

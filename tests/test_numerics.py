@@ -99,6 +99,8 @@ def fixed_noise(monkeypatch):
     original = perturbed.noise_source
     monkeypatch.setattr(perturbed, "noise_source",
                         lambda n_samples, scores, generator=None, given=None: original(n_samples, scores, generator, noise))
+    monkeypatch.setattr(perturbed, "every_column_noise",  # small inputs' noise (perturbed_kth_largest)
+                        lambda n_samples, scores, generator=None, given=None: noise.to(scores.dtype, copy=True))
 
 
 def large_scores(base: float, seed: int = 0):

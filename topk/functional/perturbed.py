@@ -19,9 +19,9 @@ from topk.sync import reads_are_free
 
 # A standard normal exceeds NOISE_BOUND with probability Φ̄(8) = erfc(8/√2)/2 ≈ 6.2e-16.
 NOISE_BOUND = 8.0
-# Classes up to which every column is perturbed on the CPU too: there choosing candidates costs
-# more than it saves (measured at n = 6 and 100 against n >= 1000; see perturbed_kth_largest).
-FEW_CLASSES = 256
+# Perturbed scores (batch · n_samples · n) up to which every column is perturbed and torch.kthvalue
+# selects along the classes (see perturbed_kth_largest).
+SMALL_PERTURBATION = 32_768
 
 
 def check_perturbation(epsilon: float, n_samples: int) -> None:
@@ -46,6 +46,16 @@ def noise_source(n_samples: int, scores: torch.Tensor, generator: torch.Generato
     return lambda rows, columns: noise[:, rows, columns]
 
 
+def every_column_noise(n_samples: int, scores: torch.Tensor, generator: torch.Generator | None = None,
+                       noise: torch.Tensor | None = None) -> torch.Tensor:
+    """Standard normal noise ``[n_samples, batch, n]`` for every score, a fresh tensor: drawn on
+    the scores' device in their dtype from ``generator`` (the draw :func:`noise_source` makes for
+    every entry), or a copy of ``noise``."""
+    if noise is None:
+        return torch.randn((n_samples, *scores.shape), generator=generator, device=scores.device, dtype=scores.dtype)
+    return noise.to(scores.device, scores.dtype, copy=True)
+
+
 def every_column(scores: torch.Tensor) -> torch.Tensor:
     """The column index of every score, laid out ``[n, batch]`` as the candidates are."""
     batch, num_classes = scores.shape
@@ -66,28 +76,38 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
     :func:`noise_source`). Rows with fewer than ``M`` candidates are padded with column 0 and
     the value ``-inf`` (which no noise lifts into the k largest).
 
-    The first ``k`` columns of each row are its ``k`` largest scores, whose noise is drawn
-    first. For each noise sample, the k-th largest perturbed score is at least the smallest of
-    those ``k`` perturbed scores; let ``L`` be the smallest of them over the samples. A column
-    with ``s_j < L - εt`` (``t = NOISE_BOUND``) whose noise is at most ``t`` stays below every
-    sample's k-th largest, so the k largest perturbed values, and the column of the k-th, are
-    the same over the candidates ``s_j ≥ L - εt`` as over the whole row. Restricting to the
-    candidates changes the result with probability at most ``n·Φ̄(t) ≈ n·6e-16`` per perturbed
-    vector. When ``M > 2n/3``, every column is returned (with fresh noise, independent of that
-    choice): the selection then costs about what it saves.
+    The first ``k`` columns of each row are ``k`` of its largest scores (:func:`top_columns`),
+    whose noise is drawn first. For each noise sample, the k-th largest perturbed score is at
+    least the smallest of those ``k`` perturbed scores; let ``L`` be the smallest of them over
+    the samples. A column with ``s_j < L - εt`` (``t = NOISE_BOUND``) whose noise is at most
+    ``t`` stays below every sample's k-th largest, so the k largest perturbed values, and the
+    column of the k-th, are the same over the candidates ``s_j ≥ L - εt`` as over the whole
+    row. Restricting to the candidates changes the result with probability at most
+    ``n·Φ̄(t) ≈ n·6e-16`` per perturbed vector. When ``M > 2n/3``, every column is returned
+    (with fresh noise, independent of that choice): the selection then costs about what it saves.
+    With every column a candidate (n = 1000, k = 6, scores 0.1·N(0, 1)) the candidates took
+    about 1.35 times as long as every column, and at n = 100 and k = 21 (G22's CIFAR-100 at
+    K = 20), where rows need 47 to 54 candidates, 3.3 ms against 5.2 ms for the hinge's
+    forward+backward (one thread, alternated; a cut at ``n/2`` sent most of those batches to
+    every column).
 
     ``M`` depends on the data and is read on the host. No bound on it follows from ``k``, ``n``
     and ``ε`` alone (scores within ``εt`` of each other make every column a candidate), so where
     that read is not free (:func:`topk.sync.reads_are_free`: on an accelerator, where it would
     wait for the device, and under ``torch.compile``, whose graph it would break) every column
-    is returned. Noise is drawn for the real candidates alone, ``[n_samples, R]`` for ``R`` of
-    them, and copied in place through one flat index, where its rows are contiguous; the
-    comparison writes floats, made bools only for ``nonzero``.
+    is returned. On a CPU the candidates pay: at k = 6, ``n_samples`` = 10, batch 256, n = 1000
+    and scores 4·N(0, 1), rows hold 41 to 51 candidates at most (22 on average), where a window
+    of ``2εt`` below the k-th largest score held up to 79. Noise is drawn for the real
+    candidates alone, ``[n_samples, R]`` for ``R`` of them, and copied in place through one flat
+    index: its rows are contiguous there, which halved the copy against a strided
+    ``[R, n_samples]`` source (30 against 77 µs, two threads, ``timeit``). The comparison writes
+    floats, counted as floats and then made bools for ``nonzero``: 0.05 ms where a comparison
+    into bools took 0.2 ms ([256, 1000], one thread, ``timeit``).
     """
     batch, num_classes = scores.shape
     if not reads_are_free(scores):
         return every_column_perturbed(scores, epsilon, draw)
-    seed_values, seeds = torch.topk(scores, k, dim=1)
+    seeds, seed_values = top_columns(scores, k)
     every_row = torch.arange(batch, device=scores.device)
     seed_perturbed = draw(every_row.unsqueeze(1), seeds).mul_(epsilon).add_(seed_values)  # [n_samples, batch, k]
     lowest = seed_perturbed.amin(2).amin(0)  # L, [batch]
@@ -111,16 +131,44 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
     return columns, perturbed
 
 
+def top_columns(scores: torch.Tensor, k: int, groups: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """``k`` distinct columns ``[batch, k]`` of each row and their scores, in decreasing order:
+    the columns of the ``k`` largest maxima of ``groups`` disjoint groups of columns, which
+    are the row's ``k`` largest scores when those lie in different groups. One pass over the
+    scores and a few small operations: 0.2 ms where the partial sort of ``torch.topk`` takes
+    0.4 ms ([256, 1000], k = 6, one CPU thread, ``timeit`` on the same scores). Inside the
+    noised loss's forward+backward (batch 256, k = 6, alternated with ``torch.topk`` in its
+    place) it pays at n = 10,000: 9.7 against 11.6 ms at one thread, 9.4 against 10.6 ms at two;
+    at n = 1000 the two are equal within the machine's noise (2.34 against 2.44 ms at one
+    thread, 2.57 against 2.37 ms at two). Rows of fewer than ``8 · groups`` columns, or ``k``
+    above ``groups / 4``, get the exact ``torch.topk``.
+    """
+    batch, num_classes = scores.shape
+    if num_classes < 8 * groups or 4 * k > groups:
+        values, columns = torch.topk(scores, k, dim=1)
+        return columns, values
+    size = num_classes // groups  # column g + groups·i (i < size) is in group g; the rest alone
+    maxima = scores[:, : groups * size].view(batch, size, groups).amax(1)
+    values, slots = torch.topk(torch.cat([maxima, scores[:, groups * size :]], dim=1), k, dim=1)
+    members = slots.clamp(max=groups - 1).unsqueeze(2) + groups * torch.arange(size, device=scores.device)
+    first = scores.gather(1, members.view(batch, -1)).view(batch, k, size).argmax(2)
+    columns = torch.where(slots < groups, slots + groups * first, slots + groups * (size - 1))
+    return columns, values
+
+
 def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k-th largest of ``values [M, …]`` along dim 0 and its position there (the last of
     equal ones), ties counted with their multiplicity as :func:`torch.topk` does.
 
     ``k`` rounds of a maximum over dim 0, each lowering the entries equal to it by ``1e30``
     (below any score) and counting them: the k-th largest is the maximum of the round that
-    reaches k. A maximum across the lanes of dim 0 vectorises where the per-row selection of
-    ``torch.topk`` or ``torch.kthvalue`` does not, and the comparisons write float masks, faster
-    than bool ones. Nothing is read on the host. ``values`` are float32 or float64, whose
-    positions stay exact up to 2^24 (:func:`kth_largest_of` compares half precision in float32).
+    reaches k. On the CPU (one thread, k = 6, 45 candidates of 256 samples with G22's B = 10
+    perturbed rows each, laid out ``[45, 10, 256]``), 0.5 ms where ``torch.topk`` along the
+    candidates takes 1.6 ms (``timeit``): a maximum across the lanes of dim 0 vectorises, the
+    per-row selection of ``topk`` does not, and the comparisons write float masks, which
+    measured 5x faster than bool ones. Nothing is read on the host. ``values`` are float32 or
+    float64, whose positions stay exact up to 2^24 (:func:`kth_largest_of` compares half
+    precision in float32).
     """
     lowered = values.clone(memory_format=torch.contiguous_format)  # one copy, even of a view
     mask = torch.empty_like(lowered)
@@ -146,10 +194,12 @@ def kth_largest_of_distinct_maxima(values: torch.Tensor, k: int) -> tuple[torch.
     """:func:`kth_largest` of float32 or float64 ``values``, in the form that ``torch.compile``
     makes fast: each of the ``k`` rounds takes the largest value below the last one and counts
     the entries at or above it, reading ``values`` itself; the k-th largest is the value of the
-    round whose count reaches k. Inductor turns each round into two fused passes, where the
-    rounds of :func:`kth_largest`, each depending on all earlier ones, are recomputed; in eager
-    mode this form, allocating as it goes, is the slower one. Used through
-    :func:`compiled_kth_largest` alone.
+    round whose count reaches k. Inductor turns each round into two fused passes. The rounds of
+    :func:`kth_largest` instead each depend on all earlier ones, which inductor recomputes:
+    compiled, that form took 5.4 ms at k = 21 and 100 candidates where this one takes 1.3 ms
+    (one thread; 0.24 against 0.24 ms at k = 6 and 44 candidates), while in eager mode this
+    form, allocating as it goes, takes 1.2 ms where :func:`kth_largest` takes 0.36 ms (k = 6,
+    one thread, ``timeit``). Used through :func:`compiled_kth_largest` alone.
     """
     kth = values.amax(0)
     count = (values >= kth).sum(0)
@@ -163,10 +213,12 @@ def kth_largest_of_distinct_maxima(values: torch.Tensor, k: int) -> tuple[torch.
 @functools.cache
 def compiled_kth_largest():
     """:func:`kth_largest_of_distinct_maxima` through ``torch.compile`` (``fullgraph``, any
-    number of candidates and batch size; one compilation per ``k`` and dtype), for
-    ``loss.compile=true``. The values and positions are those of :func:`kth_largest` exactly.
-    It needs what ``torch.compile`` needs: a C++ compiler on the CPU, Triton on a GPU. Whether
-    it pays depends on the setting (see docs/benchmarks.md, 'Noised-loss paths')."""
+    number of candidates and batch size; one compilation per ``k`` and dtype: 15 s for the
+    first on two CPU cores, 8 s for the next). The values and positions are those of
+    :func:`kth_largest` exactly. At k = 6 and 44 candidates ``[44, 10, 256]`` it takes 0.14 ms
+    where the eager :func:`kth_largest` takes 0.56 ms (two threads; at k = 21 and 100
+    candidates, 0.7 against 2.8 ms; ``timeit``). It needs what ``torch.compile`` needs: a C++
+    compiler on the CPU, Triton on a GPU."""
     return torch.compile(kth_largest_of_distinct_maxima, dynamic=True, fullgraph=True)
 
 
@@ -203,30 +255,33 @@ def perturbed_kth_largest(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k-th largest value of each perturbed vector ``s + εZ_b`` and its column, both
     ``[n_samples, batch]`` (``[1, batch]`` for ``ε = 0``, where no noise is drawn), computed from
-    the values of ``scores`` outside autograd, by the k rounds of :func:`kth_largest_of` over
-    one of two sets of columns:
+    the values of ``scores`` outside autograd. One of three ways, chosen from shapes and Python
+    values:
 
-    - **every column**, on an accelerator and under ``torch.compile`` (nothing is read on the
-      host: docs/design.md §5), and on the CPU for label sets of at most ``FEW_CLASSES``
-      classes (CIFAR-100's, the circles'), where choosing candidates costs more than it saves;
-    - **the candidates** (:func:`candidates_perturbed`) in eager mode on the CPU above that:
-      noise only for the columns that can hold the k-th largest value, several times faster
-      than every column on ImageNet's and Pl@ntNet-300K's label sets.
+    - **small inputs**, up to ``SMALL_PERTURBATION`` perturbed scores ``batch · B · n`` (n = 10,
+      or n = 100 at batch 64 and B = 5): every column is perturbed and ``torch.kthvalue`` selects
+      along the classes, on every device. There the fixed cost of choosing candidates outweighs
+      what they save: on 1 CPU thread at batch 64 (G22's settings, k = 1 and 5, alternated), the
+      noised loss's forward+backward took 0.17–0.24 ms this way at n = 10 and 20 where the
+      candidates took 0.35–0.40 ms, and 0.29–0.32 against 0.39–0.45 ms at n = 100 and B = 5;
+      from about 45,000 perturbed scores up (n = 70, batch 64, B = 10) the candidates were faster.
+    - **in eager mode on the CPU**, noise only for the columns that can hold the k-th largest
+      value (:func:`candidates_perturbed`), the k rounds of :func:`kth_largest_of` over them;
+    - **on an accelerator and under torch.compile**, the same rounds over every column (nothing
+      is read on the host).
 
-    The benchmark of both on the papers' settings is docs/benchmarks.md, 'Noised-loss paths'.
     The candidates' path draws its noise in another order, so the same seed gives other noise
-    there; given ``noise`` gives the same result on both paths.
+    there; given ``noise`` gives the same result on every path.
     """
     scores = scores.detach()
-    num_classes = scores.shape[1]
+    batch, num_classes = scores.shape
     if epsilon == 0:  # top_K(s) itself, over every column
         values, positions = kth_largest_of(scores.T.unsqueeze(1), k, compile)
         return values, every_column(scores).gather(0, positions)
-    draw = noise_source(n_samples, scores, generator, noise)
-    if num_classes <= FEW_CLASSES:
-        columns, perturbed = every_column_perturbed(scores, epsilon, draw)
-    else:
-        columns, perturbed = candidates_perturbed(scores, k, epsilon, draw)
+    if batch * n_samples * num_classes <= SMALL_PERTURBATION:
+        perturbed = every_column_noise(n_samples, scores, generator, noise).mul_(epsilon).add_(scores)
+        return torch.kthvalue(perturbed, num_classes - k + 1, dim=2)
+    columns, perturbed = candidates_perturbed(scores, k, epsilon, noise_source(n_samples, scores, generator, noise))
     values, positions = kth_largest_of(perturbed, k, compile)
     return values, columns.gather(0, positions)
 
@@ -280,7 +335,7 @@ def perturbed_topk(
     ``(1/B) Σ_b argtop_K(s + εZ_b)`` (G22 eq. 12; the worked example of §3.2 gives 2.47 and
     ``[1/3, 1/3, 1/3, 0]``). Fresh noise is drawn at every call, on the scores' device and in
     their dtype. ``ε = 0`` gives ``top_K(s)`` exactly (no noise is drawn). In eager mode on the
-    CPU, above ``FEW_CLASSES`` classes, noise is drawn only for the columns that
+    CPU, above ``SMALL_PERTURBATION`` perturbed scores, noise is drawn only for the columns that
     can hold the K-th largest perturbed value (see :func:`candidates_perturbed`; the result
     differs from drawing every column with probability below ``n·6.2e-16`` per perturbed
     vector); elsewhere for every column (see :func:`perturbed_kth_largest`).
@@ -300,7 +355,7 @@ def perturbed_topk(
         Given standard normal noise instead of drawn noise (e.g. G22's worked example).
     compile : bool
         Select the K-th largest values with :func:`compiled_kth_largest` (same results, one
-        kernel; the noise is drawn as without it).
+        kernel; the noise is drawn as without it; small inputs use ``torch.kthvalue`` either way).
 
     Examples
     --------
