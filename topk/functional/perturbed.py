@@ -77,32 +77,22 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
     the value ``-inf`` (which no noise lifts into the k largest).
 
     The first ``k`` columns of each row are ``k`` of its largest scores (:func:`top_columns`),
-    whose noise is drawn first. For each noise sample, the k-th largest perturbed score is at
-    least the smallest of those ``k`` perturbed scores; let ``L`` be the smallest of them over
-    the samples. A column with ``s_j < L - εt`` (``t = NOISE_BOUND``) whose noise is at most
-    ``t`` stays below every sample's k-th largest, so the k largest perturbed values, and the
-    column of the k-th, are the same over the candidates ``s_j ≥ L - εt`` as over the whole
-    row. Restricting to the candidates changes the result with probability at most
-    ``n·Φ̄(t) ≈ n·6e-16`` per perturbed vector. When ``M > 2n/3``, every column is returned
-    (with fresh noise, independent of that choice): the selection then costs about what it saves.
-    With every column a candidate (n = 1000, k = 6, scores 0.1·N(0, 1)) the candidates took
-    about 1.35 times as long as every column, and at n = 100 and k = 21 (G22's CIFAR-100 at
-    K = 20), where rows need 47 to 54 candidates, 3.3 ms against 5.2 ms for the hinge's
-    forward+backward (one thread, alternated; a cut at ``n/2`` sent most of those batches to
-    every column).
+    whose noise is drawn first. For each noise sample, the k-th largest perturbed score is at least the smallest of
+    those ``k`` perturbed scores; let ``L`` be the smallest of them over the samples. A column
+    with ``s_j < L - εt`` (``t = NOISE_BOUND``) whose noise is at most ``t`` stays below every
+    sample's k-th largest, so the k largest perturbed values, and the column of the k-th, are
+    the same over the candidates ``s_j ≥ L - εt`` as over the whole row. Restricting to the
+    candidates changes the result with probability at most ``n·Φ̄(t) ≈ n·6e-16`` per perturbed
+    vector. When ``M > 2n/3``, every column is returned (with fresh noise, independent of that
+    choice): the selection then costs about what it saves.
 
     ``M`` depends on the data and is read on the host. No bound on it follows from ``k``, ``n``
     and ``ε`` alone (scores within ``εt`` of each other make every column a candidate), so where
     that read is not free (:func:`topk.sync.reads_are_free`: on an accelerator, where it would
     wait for the device, and under ``torch.compile``, whose graph it would break) every column
-    is returned. On a CPU the candidates pay: at k = 6, ``n_samples`` = 10, batch 256, n = 1000
-    and scores 4·N(0, 1), rows hold 41 to 51 candidates at most (22 on average), where a window
-    of ``2εt`` below the k-th largest score held up to 79. Noise is drawn for the real
-    candidates alone, ``[n_samples, R]`` for ``R`` of them, and copied in place through one flat
-    index: its rows are contiguous there, which halved the copy against a strided
-    ``[R, n_samples]`` source (30 against 77 µs, two threads, ``timeit``). The comparison writes
-    floats, counted as floats and then made bools for ``nonzero``: 0.05 ms where a comparison
-    into bools took 0.2 ms ([256, 1000], one thread, ``timeit``).
+    is returned. Noise is drawn for the real candidates alone, ``[n_samples, R]`` for ``R`` of
+    them, and copied in place through one flat index, where its rows are contiguous; the
+    comparison writes floats, made bools only for ``nonzero``.
     """
     batch, num_classes = scores.shape
     if not reads_are_free(scores):
@@ -134,14 +124,13 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
 def top_columns(scores: torch.Tensor, k: int, groups: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """``k`` distinct columns ``[batch, k]`` of each row and their scores, in decreasing order:
     the columns of the ``k`` largest maxima of ``groups`` disjoint groups of columns, which
-    are the row's ``k`` largest scores when those lie in different groups. One pass over the
-    scores and a few small operations: 0.2 ms where the partial sort of ``torch.topk`` takes
-    0.4 ms ([256, 1000], k = 6, one CPU thread, ``timeit`` on the same scores). Inside the
-    noised loss's forward+backward (batch 256, k = 6, alternated with ``torch.topk`` in its
-    place) it pays at n = 10,000: 9.7 against 11.6 ms at one thread, 9.4 against 10.6 ms at two;
-    at n = 1000 the two are equal within the machine's noise (2.34 against 2.44 ms at one
-    thread, 2.57 against 2.37 ms at two). Rows of fewer than ``8 · groups`` columns, or ``k``
-    above ``groups / 4``, get the exact ``torch.topk``.
+    are the row's ``k`` largest scores when those lie in different groups: one pass over the
+    scores and a few small operations, where ``torch.topk`` sorts partially. It paid at
+    n = 10,000 and was even at n = 1000 when it was introduced, timed inside the loss;
+    docs/benchmarks.md, 'Noised-loss paths', found it no faster than ``torch.topk`` at the
+    papers' settings, so it is a candidate for removal once ``make bench-losses`` agrees. Rows of
+    fewer than ``8 · groups`` columns, or ``k`` above ``groups / 4``, get the exact
+    ``torch.topk``.
     """
     batch, num_classes = scores.shape
     if num_classes < 8 * groups or 4 * k > groups:
@@ -162,13 +151,10 @@ def kth_largest(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tenso
 
     ``k`` rounds of a maximum over dim 0, each lowering the entries equal to it by ``1e30``
     (below any score) and counting them: the k-th largest is the maximum of the round that
-    reaches k. On the CPU (one thread, k = 6, 45 candidates of 256 samples with G22's B = 10
-    perturbed rows each, laid out ``[45, 10, 256]``), 0.5 ms where ``torch.topk`` along the
-    candidates takes 1.6 ms (``timeit``): a maximum across the lanes of dim 0 vectorises, the
-    per-row selection of ``topk`` does not, and the comparisons write float masks, which
-    measured 5x faster than bool ones. Nothing is read on the host. ``values`` are float32 or
-    float64, whose positions stay exact up to 2^24 (:func:`kth_largest_of` compares half
-    precision in float32).
+    reaches k. A maximum across the lanes of dim 0 vectorises where the per-row selection of
+    ``torch.topk`` or ``torch.kthvalue`` does not, and the comparisons write float masks, faster
+    than bool ones. Nothing is read on the host. ``values`` are float32 or float64, whose
+    positions stay exact up to 2^24 (:func:`kth_largest_of` compares half precision in float32).
     """
     lowered = values.clone(memory_format=torch.contiguous_format)  # one copy, even of a view
     mask = torch.empty_like(lowered)
@@ -194,12 +180,10 @@ def kth_largest_of_distinct_maxima(values: torch.Tensor, k: int) -> tuple[torch.
     """:func:`kth_largest` of float32 or float64 ``values``, in the form that ``torch.compile``
     makes fast: each of the ``k`` rounds takes the largest value below the last one and counts
     the entries at or above it, reading ``values`` itself; the k-th largest is the value of the
-    round whose count reaches k. Inductor turns each round into two fused passes. The rounds of
-    :func:`kth_largest` instead each depend on all earlier ones, which inductor recomputes:
-    compiled, that form took 5.4 ms at k = 21 and 100 candidates where this one takes 1.3 ms
-    (one thread; 0.24 against 0.24 ms at k = 6 and 44 candidates), while in eager mode this
-    form, allocating as it goes, takes 1.2 ms where :func:`kth_largest` takes 0.36 ms (k = 6,
-    one thread, ``timeit``). Used through :func:`compiled_kth_largest` alone.
+    round whose count reaches k. Inductor turns each round into two fused passes, where the
+    rounds of :func:`kth_largest`, each depending on all earlier ones, are recomputed; in eager
+    mode this form, allocating as it goes, is the slower one. Used through
+    :func:`compiled_kth_largest` alone.
     """
     kth = values.amax(0)
     count = (values >= kth).sum(0)
@@ -213,12 +197,10 @@ def kth_largest_of_distinct_maxima(values: torch.Tensor, k: int) -> tuple[torch.
 @functools.cache
 def compiled_kth_largest():
     """:func:`kth_largest_of_distinct_maxima` through ``torch.compile`` (``fullgraph``, any
-    number of candidates and batch size; one compilation per ``k`` and dtype: 15 s for the
-    first on two CPU cores, 8 s for the next). The values and positions are those of
-    :func:`kth_largest` exactly. At k = 6 and 44 candidates ``[44, 10, 256]`` it takes 0.14 ms
-    where the eager :func:`kth_largest` takes 0.56 ms (two threads; at k = 21 and 100
-    candidates, 0.7 against 2.8 ms; ``timeit``). It needs what ``torch.compile`` needs: a C++
-    compiler on the CPU, Triton on a GPU."""
+    number of candidates and batch size; one compilation per ``k`` and dtype), for
+    ``loss.compile=true``. The values and positions are those of :func:`kth_largest` exactly.
+    It needs what ``torch.compile`` needs: a C++ compiler on the CPU, Triton on a GPU. Whether
+    it pays depends on the setting (see docs/benchmarks.md, 'Noised-loss paths')."""
     return torch.compile(kth_largest_of_distinct_maxima, dynamic=True, fullgraph=True)
 
 
@@ -256,19 +238,17 @@ def perturbed_kth_largest(
     """The k-th largest value of each perturbed vector ``s + εZ_b`` and its column, both
     ``[n_samples, batch]`` (``[1, batch]`` for ``ε = 0``, where no noise is drawn), computed from
     the values of ``scores`` outside autograd. One of three ways, chosen from shapes and Python
-    values:
+    values, each kept because a row of ``make bench-losses`` or of docs/benchmarks.md,
+    'Noised-loss paths', needs it:
 
-    - **small inputs**, up to ``SMALL_PERTURBATION`` perturbed scores ``batch · B · n`` (n = 10,
-      or n = 100 at batch 64 and B = 5): every column is perturbed and ``torch.kthvalue`` selects
-      along the classes, on every device. There the fixed cost of choosing candidates outweighs
-      what they save: on 1 CPU thread at batch 64 (G22's settings, k = 1 and 5, alternated), the
-      noised loss's forward+backward took 0.17–0.24 ms this way at n = 10 and 20 where the
-      candidates took 0.35–0.40 ms, and 0.29–0.32 against 0.39–0.45 ms at n = 100 and B = 5;
-      from about 45,000 perturbed scores up (n = 70, batch 64, B = 10) the candidates were faster.
+    - **small inputs**, up to ``SMALL_PERTURBATION`` perturbed scores ``batch · B · n``: every
+      column is perturbed and ``torch.kthvalue`` selects along the classes, on every device; one
+      operation where the rounds take several per k (the head-to-head rows at n = 10);
     - **in eager mode on the CPU**, noise only for the columns that can hold the k-th largest
-      value (:func:`candidates_perturbed`), the k rounds of :func:`kth_largest_of` over them;
+      value (:func:`candidates_perturbed`), the k rounds of :func:`kth_largest_of` over them
+      (ImageNet's and Pl@ntNet-300K's label sets, and n = 100 at k = 20);
     - **on an accelerator and under torch.compile**, the same rounds over every column (nothing
-      is read on the host).
+      is read on the host: docs/design.md §5).
 
     The candidates' path draws its noise in another order, so the same seed gives other noise
     there; given ``noise`` gives the same result on every path.
