@@ -35,7 +35,7 @@ from topk.build import (
     build_model,
     check_study_k,
     check_validation_split,
-    eval_scores,
+    fit_settings,
     has_batch_norm,
     normalisation,
     schedule_arguments,
@@ -51,16 +51,15 @@ from topk.cli import (
 )
 from topk.data.batches import close_batches
 from topk.distributed import resolve_device
-from topk.engine import FitSettings, fit
+from topk.engine import fit
 from topk.hydra_callbacks import close_interrupted_sweep
 from topk.metrics import clip_ks
-from topk.progress import log_to_file_only
 from topk.records import add_fit_result
 from topk.run_session import run_session
 from topk.schema import store as schema_store
 from topk.schema.store import check_job
 from topk.stopping import StopRequests
-from topk.trackers import final_metrics, run_name, tracked, write_run_hparams
+from topk.trackers import run_name, tracking, write_run_hparams
 
 log = logging.getLogger("train")
 CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
@@ -75,30 +74,6 @@ def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
     return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
             f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, k={cfg.k}, "
             f"{cfg.trainer.epochs} epochs, seed {cfg.seed}, device {device}{processes}")
-
-
-def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict) -> FitSettings:
-    """``trainer.*`` as the engine takes it; checkpoints remember the run's flat config."""
-    return FitSettings(
-        epochs=int(trainer.epochs),
-        ks=ks,
-        selection_metric=trainer.selection_metric,
-        also_select_on=list(trainer.also_select_on),
-        eval_every=int(trainer.eval_every),
-        checkpoint_every=int(trainer.checkpoint_every),
-        resume=bool(trainer.resume),
-        progress=bool(trainer.progress),
-        progress_every=int(trainer.progress_every),
-        log_line=log_to_file_only,
-        tensorboard=bool(trainer.tensorboard),
-        tensorboard_name=tracking_name(record),
-        description=f"{record['loss']} seed {record['seed']}",
-        class_groups=splits.class_groups,
-        amp=str(trainer.amp),
-        config=record["params"],
-        eval_scores=eval_scores(splits),
-        grad_nonzero=bool(trainer.grad_nonzero),
-    )
 
 
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
@@ -131,23 +106,19 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
                                                 has_batch_norm(model), distributed)
     scheduler = build(cfg.schedule, "schedule", optimizer, **schedule_arguments(cfg.schedule, train_batches))
 
-    settings = fit_settings(trainer, ks, splits, record)
-    tracker = start_tracker(cfg, record) if distributed.is_main else None
-    try:
-        result = fit(model, loss_fn, optimizer, scheduler, train_batches, eval_batches, splits.num_classes,
-                     run_dir, settings, mix=mix, on_epoch_end=tracked(on_epoch_end, tracker), distributed=distributed)
-    except BaseException as stop:
-        if tracker is not None:
-            tracker.finish("interrupted" if isinstance(stop, KeyboardInterrupt) else "failed", {})
-        raise
-    finally:  # image-decoding workers stop with the run, however it ends
-        for batches in (train_batches, *eval_batches.values()):
-            close_batches(batches)
-    add_fit_result(record, result, splits.class_counts, splits.class_groups, distributed.world_size)
-    if tracker is not None:
-        tracker.finish("completed", final_metrics(record, "final/"))
+    name = tracking_name(record)
+    settings = fit_settings(trainer, ks, splits, record, name)
+    tracker = build(cfg.logger, "logger") if cfg.get("logger") is not None and distributed.is_main else None
+    with tracking(tracker, name, record, on_epoch_end) as each_epoch:
+        try:
+            result = fit(model, loss_fn, optimizer, scheduler, train_batches, eval_batches, splits.num_classes,
+                         run_dir, settings, mix=mix, on_epoch_end=each_epoch, distributed=distributed)
+        finally:  # image-decoding workers stop with the run, however it ends
+            for batches in (train_batches, *eval_batches.values()):
+                close_batches(batches)
+        add_fit_result(record, result, splits.class_counts, splits.class_groups, distributed.world_size)
     if trainer.tensorboard and distributed.is_main:
-        write_run_hparams(run_dir, settings.tensorboard_name, record, job_overrides())
+        write_run_hparams(run_dir, name, record, job_overrides())
     return record
 
 
@@ -160,16 +131,6 @@ def tracking_name(record: dict) -> str:
     """The run's name in TensorBoard, MLflow and W&B: its overrides (:func:`topk.trackers.run_name`),
     else its loss and seed."""
     return run_name(job_overrides(), fallback=f"{record['loss']},seed={record['seed']}")
-
-
-def start_tracker(cfg: DictConfig, record: dict):
-    """The run's experiment tracker (``logger=mlflow``, :mod:`topk.trackers`), started with the
-    run's flat configuration; ``None`` without ``logger``."""
-    if cfg.get("logger") is None:
-        return None
-    tracker = build(cfg.logger, "logger")
-    tracker.start(tracking_name(record), record["params"])
-    return tracker
 
 
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:

@@ -46,12 +46,13 @@ from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit, ImageFileSplits
 from topk.data.splits import stratified_indices
 from topk.data.transforms import Compose, Normalize
-from topk.engine import multi_crop_scores
+from topk.engine import FitSettings, multi_crop_scores
 from topk.errors import ConfigError, TopkError
 from topk.losses.base import Loss
 from topk.losses.targets import check_num_classes_for_k
 from topk.losses.weights import ClassWeighted, class_weight_vector
 from topk.precision import channels_last
+from topk.progress import log_to_file_only
 from topk.repository import CONF
 
 log = logging.getLogger("train")
@@ -329,6 +330,31 @@ def eval_scores(splits) -> dict:
     top-k marginals on :func:`ten_crop_splits`, the model's output elsewhere."""
     multi_crop = partial(multi_crop_scores, marginal_k=getattr(splits, "marginal_k", 5))
     return {split: multi_crop for split in ten_crop_splits(splits)}
+
+
+def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict, name: str) -> FitSettings:
+    """``trainer.*`` as :func:`topk.engine.fit` takes it, for the run of ``record`` (checkpoints
+    remember its flat config) named ``name`` in TensorBoard."""
+    return FitSettings(
+        epochs=int(trainer.epochs),
+        ks=ks,
+        selection_metric=trainer.selection_metric,
+        also_select_on=list(trainer.also_select_on),
+        eval_every=int(trainer.eval_every),
+        checkpoint_every=int(trainer.checkpoint_every),
+        resume=bool(trainer.resume),
+        progress=bool(trainer.progress),
+        progress_every=int(trainer.progress_every),
+        log_line=log_to_file_only,
+        tensorboard=bool(trainer.tensorboard),
+        tensorboard_name=name,
+        description=f"{record['loss']} seed {record['seed']}",
+        class_groups=splits.class_groups,
+        amp=str(trainer.amp),
+        config=record["params"],
+        eval_scores=eval_scores(splits),
+        grad_nonzero=bool(trainer.grad_nonzero),
+    )
 
 
 def build_model(node: DictConfig, splits, trainer: DictConfig | None = None, device=None,

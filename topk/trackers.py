@@ -18,8 +18,9 @@ uploads the runs later; ``logger.mode=online`` logs in directly).
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from topk.errors import ConfigError
@@ -101,6 +102,25 @@ def write_run_hparams(run_dir: Path, name: str, record: Mapping, overrides: list
     override_keys = [override_key(override) for override in described_overrides(overrides)]
     write_hparams(tensorboard_dir(run_dir, name), hyperparameters(record, override_keys),
                   final_metrics(record, "hparams/"), varied=override_keys)
+
+
+@contextlib.contextmanager
+def tracking(tracker, name: str, record: dict, on_epoch_end=None) -> Iterator:
+    """The run's experiment ``tracker`` (``logger=mlflow`` or ``wandb``; ``None``: none) around
+    its training: started with the run's flat configuration under ``name``, handed each epoch's
+    history row through the callback this yields (``on_epoch_end`` too, :func:`tracked`), and
+    finished with the run's status, and when it completed, the selected model's metrics of
+    ``record`` (``final/<split>/<metric>``), filled by then."""
+    if tracker is None:
+        yield on_epoch_end
+        return
+    tracker.start(name, record["params"])
+    try:
+        yield tracked(on_epoch_end, tracker)
+    except BaseException as stop:
+        tracker.finish("interrupted" if isinstance(stop, KeyboardInterrupt) else "failed", {})
+        raise
+    tracker.finish("completed", final_metrics(record, "final/"))
 
 
 def tracked(on_epoch_end, tracker):
