@@ -16,12 +16,11 @@ sentence, nothing written.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from topk.cards import CardError, experiments_with_cards, problems
 from topk.cards.render import write_documentation
-from topk.report.render import out_problem, write_failure
+from topk.report.render import out_problem, refused, write_failure
 from topk.repository import ROOT
 
 INDEX_TITLE = "# Protocol cards"  # the first line of the pages' index.md
@@ -64,15 +63,12 @@ def main(argv=None) -> int:
         return check()
     problem = out_problem(args.out, "the card pages' folder") or pages_folder_problem(args.out)
     if problem is not None:
-        print(f"Error: {problem}", file=sys.stderr)
-        return 1
+        return refused(problem)
     try:
         written = write_documentation(args.out)
     except CardError as error:
-        print(f"Error: {error}", file=sys.stderr)
-        return 1
+        return refused(str(error))
     except OSError as error:
-        print(f"Error: {write_failure(error)}", file=sys.stderr)
-        return 1
+        return refused(write_failure(error))
     print(f"{len(written)} pages in {args.out} ({len(experiments_with_cards())} cards)")
     return 0

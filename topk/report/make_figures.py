@@ -16,12 +16,11 @@ then). A job's duplicates count once: the figure's text lists those left out.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from topk.errors import TopkError
 from topk.report.figures import FIGURE_IDS, build_figure, write_figure
-from topk.report.render import out_problem, write_failure
+from topk.report.render import out_problem, refused, write_failure
 from topk.report.runs import best_sweep
 from topk.repository import ROOT
 
@@ -46,17 +45,14 @@ def main(argv=None) -> int:
         parser.error("--model, --augment and --selection choose a panel of s20_cifar only")
     problem = out_problem(args.out, "the figures' folder")
     if problem is not None:
-        print(f"Error: {problem}", file=sys.stderr)
-        return 1
+        return refused(problem)
     try:
         sweep = None if args.sweep_dir else best_sweep(args.outputs, args.experiment)
         files = write_figure(build_figure(args.experiment, args.sweep_dir, sweep, **chosen), args.out)
     except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
-        print(f"Error: {error}", file=sys.stderr)
-        return 1
+        return refused(str(error))
     except OSError as error:
-        print(f"Error: {write_failure(error)}", file=sys.stderr)
-        return 1
+        return refused(write_failure(error))
     print(files["md"].read_text())
     for kind, path in files.items():
         print(f"wrote {kind}: {path}")

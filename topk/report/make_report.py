@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from topk.report.page import build_page
-from topk.report.render import out_problem, write_failure
+from topk.report.render import out_problem, refused, write_failure
 from topk.repository import ROOT
 
 README_FIGURES = ("s20_exp1", "s20_exp2", "s20_exp3")
@@ -60,18 +60,15 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     problem = out_problem(args.out or args.outputs / "report", "the page folder")
     if problem is not None:
-        print(f"Error: {problem}", file=sys.stderr)
-        return 1
+        return refused(problem)
     try:
         path, errors = build_page(args.outputs, args.smoke, args.out, args.sweep_dir)
         if args.readme_figures:
             copy_readme_figures(path.parent, args.readme_figures)
     except (ValueError, FileNotFoundError) as error:  # a --sweep-dir that is no sweep
-        print(f"Error: {error}", file=sys.stderr)
-        return 1
+        return refused(str(error))
     except OSError as error:
-        print(f"Error: {write_failure(error)}", file=sys.stderr)
-        return 1
+        return refused(write_failure(error))
     print(f"wrote {path}")
     for error in errors:
         print(f"Error: {error}", file=sys.stderr)

@@ -14,11 +14,10 @@ job re-run, a job folder copied) count once: the table's first line lists those 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from topk.errors import TopkError
-from topk.report.render import out_problem, write_failure
+from topk.report.render import out_problem, refused, write_failure
 from topk.report.tables import TABLE_IDS, make_table
 from topk.repository import ROOT
 
@@ -38,17 +37,14 @@ def main(argv=None) -> int:
     out = args.out or args.outputs / "tables"
     problem = out_problem(out, "the tables' folder")
     if problem is not None:
-        print(f"Error: {problem}", file=sys.stderr)
-        return 1
+        return refused(problem)
     try:
         table, files = make_table(args.table, out, sweep_dir=args.sweep_dir, outputs=args.outputs,
                                   bench_file=args.bench_file)
     except (FileNotFoundError, TopkError) as error:  # one sentence: no traceback
-        print(f"Error: {error}", file=sys.stderr)
-        return 1
+        return refused(str(error))
     except OSError as error:
-        print(f"Error: {write_failure(error)}", file=sys.stderr)
-        return 1
+        return refused(write_failure(error))
     print(table.markdown())
     for kind, path in files.items():
         print(f"wrote {kind}: {path}")

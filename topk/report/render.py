@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,6 +91,12 @@ def out_problem(folder: Path, what: str) -> str | None:
     reason = folder_problem(folder)
     return None if reason is None else (f"{what} {folder} cannot be written ({reason}); choose "
                                         "another with --out.")
+
+
+def refused(sentence: str) -> int:
+    """A command's refusal: ``Error: <sentence>`` on stderr, and its exit status, 1."""
+    print(f"Error: {sentence}", file=sys.stderr)
+    return 1
 
 
 def write_failure(error: OSError) -> str:
