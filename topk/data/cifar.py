@@ -347,6 +347,26 @@ def check_val_size(val_size, n_full: int) -> None:
         )
 
 
+def split_training_part(part: CifarPart, val_idx: torch.Tensor, noise: float, seed: int,
+                        noise_groups: str) -> tuple[TensorSplit, TensorSplit | None, float, torch.Tensor]:
+    """The official training part split into training and validation (the images at
+    ``val_idx``, ``None`` if there are none): the training labels redrawn with probability
+    ``noise`` within their group (:func:`noisy_labels`), the share of them that changed, and the
+    labels of the whole part for the run record, the held-out images marked ``-1``."""
+    is_train = torch.ones(len(part.fine), dtype=torch.bool)
+    is_train[val_idx] = False
+    labels_full = part.fine
+    if noise > 0:
+        labels_full = noisy_labels(part.fine, part.coarse, float(noise), seed, noise_groups)
+    train_y = labels_full[is_train]
+    changed = int((train_y != part.fine[is_train]).sum())
+    noise_rate = changed / len(train_y) if len(train_y) else 0.0
+    record_labels = labels_full.clone()
+    record_labels[~is_train] = -1
+    val = TensorSplit(part.x[val_idx], part.fine[val_idx].clone()) if len(val_idx) else None
+    return TensorSplit(part.x[is_train], train_y.clone()), val, noise_rate, record_labels
+
+
 def cifar100(
     seed: int,
     root: str | Path,
@@ -390,30 +410,12 @@ def cifar100(
     check_noise_settings(noise, noise_groups)
     mean, std = normalisation_statistics(normalisation)
     train_part, test_part, num_classes = read_cifar100_release(_locate(root, download))
-    n_full = len(train_part.fine)
-    check_val_size(val_size, n_full)
+    check_val_size(val_size, len(train_part.fine))
     val_idx = validation_indices(train_part.fine, int(val_size), split_seed)
-    is_train = torch.ones(n_full, dtype=torch.bool)
-    is_train[val_idx] = False
-
-    labels_full = train_part.fine
-    if noise > 0:
-        labels_full = noisy_labels(
-            train_part.fine, train_part.coarse, float(noise), seed, noise_groups
-        )
-    train_y = labels_full[is_train]
-    clean_train_y = train_part.fine[is_train]
-    changed = int((train_y != clean_train_y).sum())
-    noise_rate = changed / len(train_y) if len(train_y) else 0.0
-
-    record_labels = labels_full.clone()
-    record_labels[~is_train] = -1
-
-    val = None
-    if len(val_idx):
-        val = TensorSplit(train_part.x[val_idx], train_part.fine[val_idx].clone())
+    train, val, noise_rate, record_labels = split_training_part(
+        train_part, val_idx, noise, seed, noise_groups)
     return CifarSplits(
-        train=TensorSplit(train_part.x[is_train], train_y.clone()),
+        train=train,
         val=val,
         test=TensorSplit(test_part.x, test_part.fine.clone()),
         num_classes=num_classes,

@@ -83,6 +83,23 @@ def training_subset(rest: ImageFileSplit, train_size, num_classes: int, generato
     return rest.subset(balanced_subset(rest.y, per_class, generator, "dataset.train_size"))
 
 
+def train_and_validation(full: ImageFileSplit, val_per_class: int, train_size, num_classes: int,
+                         split_seed: int) -> tuple[ImageFileSplit, ImageFileSplit | None]:
+    """B18 §5.2's draws from the training folder ``full``, both by ``split_seed``: the balanced
+    validation set of ``val_per_class`` images per class (``None`` for 0), then the balanced
+    training subset of ``train_size`` of the rest (:func:`training_subset`; ``None``: all of it)."""
+    generator = torch.Generator().manual_seed(split_seed)
+    held_out = torch.zeros(len(full), dtype=torch.bool)
+    val = None
+    if val_per_class:
+        val_positions = balanced_subset(full.y, int(val_per_class), generator, "dataset.val_per_class")
+        held_out[val_positions] = True
+        val = full.subset(val_positions)
+    rest = full.subset(torch.nonzero(~held_out).flatten())
+    train = rest if train_size is None else training_subset(rest, train_size, num_classes, generator)
+    return train, val
+
+
 def imagenet(
     seed: int,
     root: str | Path,
@@ -131,15 +148,7 @@ def imagenet(
     test = labelled_split(list_image_folder(test_dir)[1], class_index, str(test_dir))
     num_classes = len(wnids)
 
-    generator = torch.Generator().manual_seed(split_seed)
-    held_out = torch.zeros(len(full), dtype=torch.bool)
-    val = None
-    if val_per_class:
-        val_positions = balanced_subset(full.y, int(val_per_class), generator, "dataset.val_per_class")
-        held_out[val_positions] = True
-        val = full.subset(val_positions)
-    rest = full.subset(torch.nonzero(~held_out).flatten())
-    train = rest if train_size is None else training_subset(rest, train_size, num_classes, generator)
+    train, val = train_and_validation(full, val_per_class, train_size, num_classes, split_seed)
     refuse_untrained_classes(train.y, num_classes, f"the training folder {train_dir}", wnids)
     if check_images:
         check_image_files([train, val, test])

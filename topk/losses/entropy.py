@@ -73,6 +73,20 @@ class TruncatedTopKEntropyLoss(TopKLoss):
         return truncated_topk_entropy(scores, labels, self.k)
 
 
+def _rest_log_sums(rivals: torch.Tensor, top: torch.Tensor, top_indices: torch.Tensor,
+                   k: int) -> torch.Tensor:
+    """``R_u + s_y`` of :func:`topk_entropy` for ``u = 0, …, k - 1``, a ``[B, k]`` tensor: column
+    ``u`` is ``log Σ e^{s_j}`` over the rivals outside the ``u`` largest (``top``, sorted, with
+    their ``top_indices``), a suffix log-cum-sum-exp of the ``k - 1`` largest and one
+    log-sum-exp of all the others."""
+    # log Σ e^{s_j} over the rivals outside the k - 1 largest, shifted by the largest of them
+    shift = top[:, k - 1 :].detach()
+    tail_terms = (rivals.scatter(1, top_indices[:, : k - 1], -math.inf) - shift).exp()
+    tail = tail_terms.sum(dim=1).log() + shift.squeeze(1)
+    pieces = torch.cat([top[:, : k - 1], tail[:, None]], dim=1)
+    return torch.logcumsumexp(pieces.flip(1), dim=1).flip(1)
+
+
 def topk_entropy(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
     r"""Per-sample top-k entropy loss (Lapin et al. 2016), a ``[B]`` tensor, computed exactly.
 
@@ -121,13 +135,7 @@ def topk_entropy(scores: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Te
     label_scores = scores.gather(1, labels[:, None]).squeeze(1)
     rivals = scores.scatter(1, labels[:, None], -math.inf)
     top, top_indices = rivals.topk(k, dim=1)  # the k largest rival scores, a_[i] + s_y, sorted
-    # log Σ e^{s_j} over the rivals outside the k - 1 largest, shifted by the largest of them
-    shift = top[:, k - 1 :].detach()
-    tail_terms = (rivals.scatter(1, top_indices[:, : k - 1], -math.inf) - shift).exp()
-    tail = tail_terms.sum(dim=1).log() + shift.squeeze(1)
-    # rest[:, u] = log Σ e^{s_j} over the rivals outside the u largest, u = 0, …, k - 1
-    pieces = torch.cat([top[:, : k - 1], tail[:, None]], dim=1)
-    rest = torch.logcumsumexp(pieces.flip(1), dim=1).flip(1)
+    rest = _rest_log_sums(rivals, top, top_indices, k)
     capped_sums = torch.cat([torch.zeros_like(top[:, :1]), top[:, : k - 1].cumsum(dim=1)], dim=1)
     free = torch.arange(k, 0, -1, dtype=scores.dtype, device=scores.device)  # k - u
     level = rest - free.log()  # log of the uncapped coordinates' mean e^{s_j}
