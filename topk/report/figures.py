@@ -1,13 +1,13 @@
 """Paper figures from a sweep's runs frame, each written as PNG, CSV and markdown: S20 Figs. 2–4
-(``s20_exp1``–``3``) and 6 (``s20_cifar``), G22 Figs. 2 (``g22_sparsity``) and 3 (``g22_time``),
-B18 Fig. 2a (``b18_tau``) and 2b (``b18_sparsity``).
+(``s20_exp1``–``3``) and 6 (``s20_cifar``), G22 Fig. 3 (``g22_time``) and B18 Fig. 2a
+(``b18_tau``) here, G22 Fig. 2 (``g22_sparsity``) and B18 Fig. 2b (``b18_sparsity``) in
+:mod:`topk.report.sparsity_figures`; :func:`build_figure` builds any of them.
 Failed, interrupted, running and missing runs are counted, never averaged in.
 """
 
 from __future__ import annotations
 
 import re
-import textwrap
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,29 +15,25 @@ from pathlib import Path
 import pandas as pd
 
 from topk import paper_results
-from topk.gradients import COLUMN as GRAD_COLUMN
-from topk.report import tables
+from topk.report import table_specs
 from topk.report.cells import (
-    COUNTS,
-    count_text,
     fmt,
     in_order,
     mean_text,
     number,
     observation,
     ordered,
-    summarise_groups,
 )
 from topk.report.claims import (
-    b18_sparsity_claims,
     b18_tau_claims,
-    g22_sparsity_claims,
     g22_time_claims,
     s20_cifar_claims,
     s20_synthetic_claims,
 )
+from topk.report.plotting import COUNTS_LEGEND, line_figure, pyplot, summarise_points
 from topk.report.render import FigureText
 from topk.report.runs import Sweep, column, read_history, read_sweep, selected_by
+from topk.report.sparsity_figures import SPARSITY, sparsity
 from topk.report.verdicts import CLAIM_RULE
 
 
@@ -78,9 +74,6 @@ CLAIMS = {  # what each paper says its figure shows
     "(98.95–99.78 % training top-5 accuracy, about 1 % error or less), with τ = 0 and τ = 0.001 "
     "it fails to train (10.01 % and 17.40 %, near the 95 % error of random predictions).",
 }
-COUNTS_LEGEND = (
-    "runs: runs averaged / runs expected (found + missing); failed, interrupted, still-running, "
-    "value-less and missing runs are counted there and left out of every mean.")
 
 
 def loss_display(loss, k=2) -> str:
@@ -92,15 +85,6 @@ def best_of(means: pd.Series, tolerance: float = 0.05) -> list:
     """The index entries of ``means`` within ``tolerance`` of its maximum (NaN skipped)."""
     means = means.dropna()
     return list(means.index[means >= means.max() - tolerance]) if len(means) else []
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 # ------------------------------------------------------------------------ S20 synthetic (Figs. 2–4)
@@ -124,7 +108,7 @@ def summarise(runs: pd.DataFrame, parameter: str) -> pd.DataFrame:
 
 def draw_summary(summary: pd.DataFrame, figure: SweepFigure):
     """Top-1 and top-2 test accuracy against the parameter, one line per loss (bars min–max)."""
-    fig, axes = _pyplot().subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    fig, axes = pyplot().subplots(1, 2, figsize=(10, 4), constrained_layout=True)
     values = summary[figure.parameter].astype(float)
     span = float(values.max() - values.min()) or 1.0
     for axis, metric in zip(axes, S20_METRICS):
@@ -169,64 +153,6 @@ def s20_synthetic(experiment: str, sweep: Sweep):
     text = FigureText(experiment, figure.title, [sweep.header()], sections, summary,
                       floatfmt=".2f", verdicts=list(judged["verdict"]), sweep=sweep)
     return draw_summary(summary, figure), text
-
-
-# ------------------------------------------------------------------------ line figures
-
-
-def summarise_points(entries: list[dict], expected_seeds: int | None, names: tuple[str, str, str],
-                     line_order=(), unit="seeds") -> pd.DataFrame:
-    """One row per (line, x) of :func:`observation` entries, lines in order and x ascending (none
-    last), columns ``names`` = (line, x, value): ``<value>_mean`` and ``_std`` over completed
-    runs, the cell counts and their text."""
-    line_name, x_name, value_name = names
-    cells = summarise_groups(entries, ("line", "x"), expected_seeds)
-    rank = {line: i for i, line in enumerate(in_order([line for line, _ in cells], line_order))}
-
-    def position(item):
-        (line, x), _ = item
-        return rank[line], number(x) is None, number(x) or 0.0
-
-    rows = [{line_name: line, x_name: x, f"{value_name}_mean": cell["mean"],
-             f"{value_name}_std": cell["std"], **{k: cell[k] for k in (*COUNTS, "seeds")},
-             "counts": count_text(cell, unit)} for (line, x), cell in sorted(cells.items(), key=position)]
-    frame = pd.DataFrame(rows, columns=[line_name, x_name, f"{value_name}_mean",
-                                        f"{value_name}_std", *COUNTS, "seeds", "counts"])
-    xs = pd.to_numeric(frame[x_name], errors="coerce")
-    whole = (xs.dropna() == xs.dropna().round()).all()  # k, K, epochs: integers
-    frame[x_name] = xs.astype("Int64") if whole else xs
-    frame[list(COUNTS)] = frame[list(COUNTS)].astype("Int64")
-    return frame
-
-
-def line_figure(points: pd.DataFrame, names: tuple[str, str, str], label, titles: tuple[str, str, str]):
-    """Each line's mean against x (``names`` as in :func:`summarise_points`) with a ± std band,
-    labelled ``label(line)``, on axes with ``titles`` (x, y, title); returns the figure, its axis
-    and each drawn line's colour."""
-    from matplotlib.ticker import MaxNLocator
-
-    line_name, x_name, value_name = names
-    fig, axis = _pyplot().subplots(figsize=(7, 4.5), constrained_layout=True)
-    axis.set(xlabel=titles[0], ylabel=titles[1])
-    axis.grid(alpha=0.3)
-    axis.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axis.set_title(titles[2], fontsize=9)
-    mean, std = f"{value_name}_mean", f"{value_name}_std"
-    colours = {}
-    for line, group in points.groupby(line_name, sort=False, dropna=False):
-        group = group.dropna(subset=[mean, x_name])
-        if group.empty:
-            continue
-        x = group[x_name].astype(float)
-        (drawn,) = axis.plot(x, group[mean], marker="o" if len(group) <= 40 else None,
-                             markersize=3, label=label(line))
-        colours[line] = drawn.get_color()
-        spread = group[std].notna().to_numpy()
-        if spread.any():
-            axis.fill_between(x[spread], (group[mean] - group[std])[spread],
-                              (group[mean] + group[std])[spread], color=colours[line],
-                              alpha=0.15, linewidth=0)
-    return fig, axis, colours
 
 
 # ------------------------------------------------------------------------ S20 Fig. 6 (s20_cifar)
@@ -358,25 +284,25 @@ def g22_time(sweep: Sweep):
     G22's times over its 65 s CE epoch; the CSV has our points then G22's (``source``)."""
     runs = sweep.runs
     entries = [observation(status, seed, ratio, line=line, x=k) for status, seed, ratio, line, k
-               in zip(runs["status"], runs["seed"], tables.g22_ratio(runs), tables.g22_line(runs),
-                      tables.run_k(runs))]
+               in zip(runs["status"], runs["seed"], table_specs.g22_ratio(runs),
+                      table_specs.g22_line(runs), table_specs.run_k(runs))]
     names = ("line", "k", "ratio_to_ce")
     ours = summarise_points(entries, sweep.seeds, names, G22_LINES_FIRST, unit="runs")
     ours.insert(0, "source", "ours")
     published = paper_results.load("g22_fig3_epoch_time")
     published = pd.concat([published[published["loss"] == "ce"].assign(ratio_to_ce=1.0),
-                           tables.g22_time_paper(published)], ignore_index=True)
+                           table_specs.g22_time_paper(published)], ignore_index=True)
     paper = pd.DataFrame({"source": "paper", "line": published["loss"],
                           "k": published["k"].astype(int),
                           "ratio_to_ce_mean": published["ratio_to_ce"],
                           "paper_epoch_seconds": published["epoch_seconds"]})
-    paragraphs = [sweep.header(), *tables.g22_time_notes(runs),
+    paragraphs = [sweep.header(), *table_specs.g22_time_notes(runs),
                   "ours: mean ± std (ddof=1) of the ratio over the runs at that K (CE and smooth "
                   f"SVM are timed once per B, as repeats). {COUNTS_LEGEND}", CLAIMS["g22_time"]]
     title = "G22 Fig. 3: time per epoch against K, as a ratio to cross-entropy"
-    judged = g22_time_claims(tables.g22_ratio(runs), tables.g22_line(runs), tables.run_k(runs),
-                             column(runs, "params.n_samples"), CLAIMS["g22_time"],
-                             g22_time_setting(runs))
+    judged = g22_time_claims(table_specs.g22_ratio(runs), table_specs.g22_line(runs),
+                             table_specs.run_k(runs), column(runs, "params.n_samples"),
+                             CLAIMS["g22_time"], g22_time_setting(runs))
     text = FigureText("g22_time", title, paragraphs,
                       [("Epoch time / CE epoch time:", g22_time_table(ours, paper)),
                        ("Whether G22's claim holds on these runs. " + CLAIM_RULE, judged)],
@@ -400,8 +326,8 @@ def b18_tau_observations(runs: pd.DataFrame) -> tuple[list[dict], list[dict]]:
     """Per-epoch and last-epoch top-5 training error (100 − ``train/top5`` where ``history.csv``
     logged it) of the smooth SVM / hinge runs by τ; a run without any gives one, without x."""
     per_epoch, last = [], []
-    for tau, loss, status, seed, run_dir in zip(tables.b18_tau(runs), runs["loss"], runs["status"],
-                                                runs["seed"], runs["run_dir"]):
+    for tau, loss, status, seed, run_dir in zip(table_specs.b18_tau(runs), runs["loss"],
+                                                runs["status"], runs["seed"], runs["run_dir"]):
         if loss not in ("smooth_svm", "hinge"):
             continue
         history = read_history(run_dir) if status == "completed" else None
@@ -471,111 +397,6 @@ def b18_tau(sweep: Sweep):
     return fig, text
 
 
-# ------------------------------------------------------------------------ B18 Fig. 2b, G22 Fig. 2
-
-
-@dataclass(frozen=True)
-class SparsityFigure:
-    parameter: str  # the swept loss parameter (``params.<parameter>``)
-    symbol: str
-    title: str
-    share: bool  # B18 plots the proportion of the coordinates (%), G22 their number
-
-
-SPARSITY = {
-    "b18_sparsity": SparsityFigure(
-        "loss.tau", "τ", "B18 Fig. 2b: non-zero coordinates of the smooth top-5 SVM's gradient at "
-        "the initial weights, per temperature τ (DenseNet 40-12, CIFAR-100)", share=True),
-    "g22_sparsity": SparsityFigure(
-        "loss.epsilon", "ε", "G22 Fig. 2: non-zero coordinates of the noised top-5 hinge's "
-        "gradient (B = 3) in the first epoch, per noise level ε (DenseNet 40-40, CIFAR-100)",
-        share=False),
-}
-SPARSITY_CLAIMS = {
-    "b18_sparsity": "B18 (§3, Fig. 2b, numbers not in its text): at τ = 0 the gradient has at most "
-    "two non-zero coordinates; positive but small τ gives numerically sparse gradients, τ of 0.01 "
-    "or more (the ones that train) gradients that are not sparse.",
-    "g22_sparsity": "G22 (§4.1, Fig. 2, numbers not in its text): the number of non-zero "
-    "coordinates grows with ε, and stays small even for large ε: about 4 of 100.",
-}
-
-
-def first_epoch_nonzero(run_dir) -> float | None:
-    """``train/grad_nonzero`` of a run's first epoch (``history.csv``), else ``None``."""
-    history = read_history(run_dir)
-    if history is None or not {"epoch", GRAD_COLUMN} <= set(history.columns):
-        return None
-    rows = history[history["epoch"] == 1]
-    return None if rows.empty else number(rows[GRAD_COLUMN].iloc[0])
-
-
-def sparsity_points(sweep: Sweep, figure: SparsityFigure) -> tuple[pd.DataFrame, dict, int | None]:
-    """Per value of the swept parameter: the mean number of non-zero gradient coordinates per
-    example over the completed runs (``count_mean``; ``share_mean`` = its percentage of the
-    classes) and the run counts; each value's runs' numbers (value → Series); and the number of
-    classes (``None`` if the records do not agree on one)."""
-    runs = sweep.runs
-    sizes = {len(c) for c in column(runs, "class_counts") if isinstance(c, list) and c}
-    classes = sizes.pop() if len(sizes) == 1 else None
-    entries = [observation(status, seed, first_epoch_nonzero(run_dir) if status == "completed"
-                           else None, line="ours", x=number(value))
-               for status, seed, value, run_dir in zip(runs["status"], runs["seed"],
-                                                       column(runs, f"params.{figure.parameter}"),
-                                                       runs["run_dir"])]
-    points = summarise_points(entries, sweep.seeds, ("line", figure.symbol, "count"))
-    points.insert(4, "share_mean", 100.0 * points["count_mean"] / classes if classes else None)
-    values: dict[float, list] = {}
-    for entry in entries:
-        if entry["value"] is not None and entry["x"] is not None:
-            values.setdefault(entry["x"], []).append(entry["value"])
-    return points.drop(columns="line"), {x: pd.Series(v) for x, v in values.items()}, classes
-
-
-def draw_sparsity(points: pd.DataFrame, figure: SparsityFigure, classes: int | None):
-    """The mean (share or count) against the parameter's values, evenly spaced (0 included)."""
-    fig, axis = _pyplot().subplots(figsize=(7, 4.5), constrained_layout=True)
-    shown = points.dropna(subset=[figure.symbol])
-    values = shown["share_mean" if figure.share else "count_mean"]
-    axis.plot(range(len(shown)), values, marker="o", label="ours (mean over seeds)")
-    axis.set_xticks(range(len(shown)), [f"{x:g}" for x in shown[figure.symbol]])
-    axis.set(xlabel=figure.symbol, ylim=(0, 105 if figure.share else max(5.0, values.max() * 1.1)),
-             ylabel="non-zero coordinates of ∂L/∂s (% of the classes)" if figure.share else
-             f"non-zero coordinates of ∂L/∂s (of {classes or 'n'})")
-    if not figure.share:
-        axis.axhline(4.0, color="grey", linestyle="--", linewidth=1,
-                     label="G22 §4.1: on average 4 of 100 at large ε")
-    axis.grid(alpha=0.3)
-    axis.set_title(textwrap.fill(figure.title, 90), fontsize=9)
-    axis.legend(fontsize=8)
-    return fig
-
-
-def sparsity(figure_id: str, sweep: Sweep):
-    """B18 Fig. 2b or G22 Fig. 2 from the first epoch's ``train/grad_nonzero`` of each run
-    (``trainer.grad_nonzero``, :mod:`topk.gradients`); the CSV has one row per value."""
-    figure = SPARSITY[figure_id]
-    points, values, classes = sparsity_points(sweep, figure)
-    judged = (b18_sparsity_claims(values, classes) if figure_id == "b18_sparsity"
-              else g22_sparsity_claims(values))
-    paragraphs = [
-        sweep.header(), f"Each run's `train/grad_nonzero` of its first epoch (`history.csv`, "
-        "`trainer.grad_nonzero`): the mean over the training examples of the number of "
-        "coordinates of the loss's gradient with respect to the example's scores that are not "
-        f"exactly 0 in float32; share = that number over the {classes or 'unknown number of'} "
-        f"classes. Mean ± std (ddof=1) over completed seeds. {COUNTS_LEGEND}",
-        SPARSITY_CLAIMS[figure_id]]
-    table = pd.DataFrame({figure.symbol: [f"{x:g}" for x in points[figure.symbol]],
-                          "non-zero coordinates per example": [
-                              mean_text(m, s) for m, s in zip(points["count_mean"], points["count_std"])],
-                          f"share of the {classes or '?'} classes (%)": points["share_mean"].map(fmt),
-                          "runs": points["counts"]})
-    sections = [("Non-zero gradient coordinates per example:", table),
-                ("Whether the paper's claims hold on these runs. " + CLAIM_RULE, judged)]
-    text = FigureText(figure_id, figure.title, paragraphs, sections, points,
-                      verdicts=list(judged["verdict"]), sweep=sweep)
-    return draw_sparsity(points, figure, classes), text
-
-
 # ------------------------------------------------------------------------ entry
 
 FIGURES = {**{name: lambda sweep, name=name: s20_synthetic(name, sweep) for name in S20_FIGURES},
@@ -604,7 +425,7 @@ def write_figure(built: tuple, out_dir: Path) -> dict[str, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {kind: out_dir / f"{text.id}.{kind}" for kind in ("png", "csv", "md")}
     figure.savefig(files["png"], dpi=110)
-    _pyplot().close(figure)
+    pyplot().close(figure)
     text.tidy.to_csv(files["csv"], index=False)
     files["md"].write_text(text.markdown())
     return files
