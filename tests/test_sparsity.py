@@ -1,6 +1,6 @@
 """Gradient sparsity (B18 Fig. 2b, G22 Fig. 2): the count of non-zero coordinates of d loss /
 d scores (topk.gradients), its history column in a training run (trainer.grad_nonzero), and the
-two figures built from a sweep's first epochs (topk.report.figures.sparsity)."""
+two figures built from a sweep's first epochs (topk.report.sparsity_figures.sparsity)."""
 
 from __future__ import annotations
 
