@@ -50,7 +50,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[train,report,tune,track,dev]'
+	$(PY) -m pip install --quiet -e '.[train,report,tune,track,timm,dev]'
 	touch $@
 
 demo: install

@@ -23,6 +23,7 @@ from typing import Any
 
 from topk.schema.rules import (
     anything,
+    checked,
     choice,
     flag,
     is_number,
@@ -211,6 +212,35 @@ class ResNetSchema(ModelSchema):
     keep_maxpool: bool = flag()
 
 
+def library_name(module: str):
+    """The check of a model name by its library (``topk.models.<module>.name_problem``), imported
+    only when a config names that model (timm is an optional extra)."""
+
+    def problem(key: str, value: Any) -> str | None:
+        from importlib import import_module
+
+        return import_module(f"topk.models.{module}").name_problem(key or "model.name", value)
+
+    return problem
+
+
+@dataclass
+class TorchvisionModelSchema(ModelSchema):
+    """``model=torchvision`` (topk/models/torchvision_models.py)."""
+
+    name: str = checked("a torchvision classification model, e.g. convnext_tiny", library_name("torchvision_models"))
+    weights: str | None = text("a weights name of the model, e.g. IMAGENET1K_V1 or DEFAULT",
+                               null="random initialisation, or DEFAULT with model.pretrained=true")
+
+
+@dataclass
+class TimmModelSchema(ModelSchema):
+    """``model=timm`` (topk/models/timm_models.py)."""
+
+    name: str = checked("a timm model, e.g. resnet18 or resnet50.a1_in1k", library_name("timm_models"))
+    weights_file: str | None = text("a file of the model's pretrained weights", null="timm's own download")
+
+
 @dataclass
 class CifarDenseNetSchema(ModelSchema):
     depth: int = whole(7)
@@ -383,6 +413,8 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "resnet": ResNetSchema,
         "torchvision_densenet": ModelSchema,
         "cifar_densenet": CifarDenseNetSchema,
+        "torchvision": TorchvisionModelSchema,
+        "timm": TimmModelSchema,
     },
     "dataset": {
         "circles": CirclesSchema,

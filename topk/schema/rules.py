@@ -143,6 +143,23 @@ def number_list(minimum: float = 0.0, what: str = "") -> Any:
     return _field(Rule(f"a list of finite numbers of at least {minimum:g}{note}", accepts))
 
 
+@dataclass(frozen=True)
+class CheckedRule(Rule):
+    """A rule whose refusal a library words (``problem(key, value)``: the sentence, or ``None``
+    for a value it accepts), e.g. an unknown model name with the closest of the library's."""
+
+    problem: Callable[[str, Any], str | None] = lambda key, value: None
+
+    def sentence(self, key: str, value: Any) -> str:
+        return self.problem(key, value) or super().sentence(key, value)
+
+
+def checked(allowed: str, problem: Callable[[str, Any], str | None]) -> Any:
+    """A value that ``problem(key, value)`` checks and refuses in its own sentence (``allowed``
+    says in words what it takes, for a value of the wrong type)."""
+    return _field(CheckedRule(allowed, lambda value: problem("", value) is None, problem))
+
+
 def anything(allowed: str, accepts: Callable[[Any], bool]) -> Any:
     """A value checked by ``accepts`` alone (a field OmegaConf types as ``Any``)."""
     return _field(Rule(allowed, accepts))
