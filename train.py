@@ -6,16 +6,15 @@
     torchrun --nproc_per_node=2 train.py ...         # data-parallel over 2 processes (DDP)
 
 Read top to bottom: :func:`run` builds a run from its composed config (:mod:`topk.build`), trains
-it (:func:`topk.engine.fit`) and fills its record; :func:`train` checks the config and runs it in
-its directory (:func:`topk.run_session.run_session`: locked, claimed or resumed, its status written
-however it ends); :func:`main` is Hydra's job; :func:`cli` the command line (:mod:`topk.cli`).
-Every run leaves its record in its Hydra run directory (docs/design.md §2).
+it (:func:`topk.engine.fit`) and fills its record; :func:`train` runs a job in its directory
+(:func:`topk.run_session.run_session`: locked, claimed or resumed, its status written however it
+ends); :func:`main` is Hydra's job; :func:`cli` the command line (:mod:`topk.cli`). Every run
+leaves its record in its Hydra run directory (docs/design.md §2).
 """
 
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from topk import cli as command_line
 from topk import distributed as dist_setup
 from topk import stopping
 from topk.build import (
@@ -41,39 +41,18 @@ from topk.build import (
     schedule_arguments,
     seed_everything,
 )
-from topk.cli import (
-    evaluation_argv,
-    exit_on_composition_problem,
-    exit_with_help_if_asked,
-    run_ending,
-    selected_value,
-    warn_if_single_run_of_a_sweep,
-)
 from topk.data.batches import close_batches
-from topk.distributed import resolve_device
 from topk.engine import fit
-from topk.hydra_callbacks import close_interrupted_sweep
 from topk.metrics import clip_ks
 from topk.records import add_fit_result
 from topk.run_session import run_session
 from topk.schema import store as schema_store
-from topk.schema.store import check_job
-from topk.stopping import StopRequests
-from topk.trackers import run_name, tracking, write_run_hparams
+from topk.schema.validate import check_job
+from topk.trackers import tracking, write_run_hparams
 
 log = logging.getLogger("train")
 CODE_DIR = Path(__file__).resolve().parent  # whose git commit the records name
-CONF_DIR = CODE_DIR / "conf"
 schema_store.register()  # the typed schema of every config group, before Hydra composes conf/
-
-
-def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
-    """One line saying what runs: data set, model, loss, K, epochs, device and processes."""
-    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
-    processes = f", {distributed.world_size} processes" if distributed.enabled else ""
-    return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
-            f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, k={cfg.k}, "
-            f"{cfg.trainer.epochs} epochs, seed {cfg.seed}, device {device}{processes}")
 
 
 def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
@@ -84,7 +63,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     trainer = cfg.trainer
     if trainer.num_threads:
         torch.set_num_threads(int(trainer.num_threads))
-    device = device or resolve_device(trainer.device)
+    device = device or dist_setup.resolve_device(trainer.device)
     dist_setup.check_global_batch(trainer.batch_size, distributed)
     seed = int(cfg.seed)
     seed_everything(seed)
@@ -92,7 +71,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     splits = build(cfg.dataset, "dataset", seed=seed)
     if distributed.is_main:
         splits.record_run_facts(run_dir, record)
-        log.info("%s: %s", run_dir, run_summary(cfg, splits, device, distributed))
+        log.info("%s: %s", run_dir, command_line.run_summary(cfg, splits, device, distributed))
     check_study_k(int(cfg.k), splits.num_classes)
     loss_fn = build_loss(cfg.loss, splits).to(device)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported
@@ -106,7 +85,7 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
                                                 has_batch_norm(model), distributed)
     scheduler = build(cfg.schedule, "schedule", optimizer, **schedule_arguments(cfg.schedule, train_batches))
 
-    name = tracking_name(record)
+    name = command_line.tracking_name(record)
     settings = fit_settings(trainer, ks, splits, record, name)
     tracker = build(cfg.logger, "logger") if cfg.get("logger") is not None and distributed.is_main else None
     with tracking(tracker, name, record, on_epoch_end) as each_epoch:
@@ -118,26 +97,15 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
                 close_batches(batches)
         add_fit_result(record, result, splits.class_counts, splits.class_groups, distributed.world_size)
     if trainer.tensorboard and distributed.is_main:
-        write_run_hparams(run_dir, name, record, job_overrides())
+        write_run_hparams(run_dir, name, record, command_line.job_overrides())
     return record
-
-
-def job_overrides() -> list[str]:
-    """The job's command-line overrides (``["loss=smooth_svm", "loss.tau=0.5"]``); none outside Hydra."""
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
-
-
-def tracking_name(record: dict) -> str:
-    """The run's name in TensorBoard, MLflow and W&B: its overrides (:func:`topk.trackers.run_name`),
-    else its loss and seed."""
-    return run_name(job_overrides(), fallback=f"{record['loss']},seed={record['seed']}")
 
 
 def train(cfg: DictConfig, on_epoch_end=None) -> dict:
     """Run one configuration inside Hydra's job context and write its ``results.json``: the
-    config checked (:func:`topk.schema.check_job`), then the run in its directory
-    (:func:`topk.run_session.run_session`: checked, locked, claimed or resumed, its status written
-    however it ends) built and trained by :func:`run`."""
+    config checked if no callback checked it before launch (:func:`topk.schema.validate.check_job`),
+    then the run in its directory (:func:`topk.run_session.run_session`) built and trained by
+    :func:`run`."""
     hydra_cfg = HydraConfig.get()
     check_job(cfg, hydra_cfg)
     with run_session(cfg, hydra_cfg, CODE_DIR, sys.argv) as session:
@@ -151,8 +119,8 @@ def main(cfg: DictConfig) -> float | None:
     """Train; return the selected model's selection metric (:func:`topk.cli.selected_value`), which
     Hydra's Optuna sweeper optimises (a sweep under it must select on a validation metric:
     :func:`topk.hydra_callbacks.tuning_problem`); ``None`` for a failed run, which that sweeper
-    counts as a failed trial (``hydra.sweeper.max_failure_rate``, 0 by default, says how many it
-    tolerates). How a run's end is said: :func:`topk.cli.run_ending`.
+    counts as a failed trial (``hydra.sweeper.max_failure_rate``, 0 by default). How a run's end is
+    said: :func:`topk.cli.run_ending`.
 
     Ctrl-C and SIGTERM are :class:`topk.stopping.StopRequests`' (installed here for the job's
     process, which under joblib is a worker of its own, and in :func:`cli` for the launching
@@ -160,44 +128,28 @@ def main(cfg: DictConfig) -> float | None:
     next batch boundary."""
     single_run = HydraConfig.get().mode == RunMode.RUN
     if single_run:
-        warn_if_single_run_of_a_sweep(cfg)
+        command_line.warn_if_single_run_of_a_sweep(cfg)
     # stopping.stop_requests, not a name imported into this module: submitit pickles this function
     # by value (train.py is __main__), and would give the job a copy of the process's one handler.
-    with stopping.stop_requests.installed(), run_ending(single_run):
-        return selected_value(train(cfg))
+    with stopping.stop_requests.installed(), command_line.run_ending(single_run):
+        return command_line.selected_value(train(cfg))
     return None  # a failed run of a sweep, said in one sentence
 
 
 def cli() -> None:
-    """``python train.py ...``: the command line checked against the schema, then :func:`main`;
-    with ``+eval=<run dir>``, :mod:`topk.evaluate` instead (:func:`topk.cli.evaluation_argv`).
-
-    Ctrl-C and SIGTERM stop the whole process, a launcher waiting for its workers (joblib) too.
-    Once a run or sweep has stopped (exit 130), further ones are ignored while the process ends:
-    a second SIGTERM close behind the first (SLURM, ``timeout``) would otherwise kill it with 143
-    as its image-decoding workers shut down, although everything is already saved."""
-    if (evaluation := evaluation_argv(sys.argv[1:])) is not None:
+    """``python train.py ...``: ``--help``; ``+eval=<run dir>`` handed to :mod:`topk.evaluate`;
+    the command line checked before Hydra starts; then :func:`main`, ended by Ctrl-C or SIGTERM
+    as :func:`topk.cli.stops_end_the_command` says."""
+    argv = sys.argv[1:]
+    if (evaluation := command_line.evaluation_argv(argv)) is not None:
         from topk.evaluate import main as evaluate
 
         sys.exit(evaluate(evaluation))
-    exit_with_help_if_asked(sys.argv[1:], CONF_DIR)
-    exit_on_composition_problem(sys.argv[1:], CONF_DIR)
-    # Under torchrun, the processes after the first leave Hydra's files to the first.
-    sys.argv = dist_setup.worker_argv(sys.argv)
-    try:
-        with stopping.stop_requests.installed():
-            try:
-                main()
-            except KeyboardInterrupt:
-                close_interrupted_sweep()
-                print("Interrupted: the records say where each run stopped; the same command with "
-                      "trainer.resume=true continues it.", file=sys.stderr)
-                sys.exit(130)
-    except SystemExit as end:
-        if end.code == 130:
-            for number in StopRequests.signals:
-                signal.signal(number, signal.SIG_IGN)
-        raise
+    command_line.exit_with_help_if_asked(argv, CODE_DIR / "conf")
+    command_line.exit_on_composition_problem(argv, CODE_DIR / "conf")
+    sys.argv = dist_setup.worker_argv(sys.argv)  # under torchrun, the first process writes Hydra's files
+    with command_line.stops_end_the_command():
+        main()
 
 
 if __name__ == "__main__":

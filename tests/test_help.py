@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from conftest import CONF, ROOT
-from topk.schema.store import command_line_problem
+from topk.schema.validate import command_line_problem
 
 # The groups the help lists, under the label it shows them by.
 GROUPS = {"dataset": "dataset", "model": "model", "loss": "loss", "augment": "augment", "optim": "optim",

@@ -16,7 +16,7 @@ from conftest import CONF, compose_config
 from topk.schema import config_problem
 from topk.schema.groups import SCHEMAS, TrainerSchema
 from topk.schema.rules import rule_of
-from topk.schema.store import command_line_problem
+from topk.schema.validate import command_line_problem
 
 GROUPS = ("loss", "model", "dataset", "optim", "schedule", "augment", "logger")
 # Keys of a schema that are not constructor parameters: Hydra's own and what train.py resolves.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,9 @@ from omegaconf import DictConfig, OmegaConf
 
 from topk import stopping
 from topk.errors import RunRefused, TopkError
-from topk.hydra_callbacks import note_refused_run
-from topk.schema.check import null_option_problem
-from topk.schema.store import command_line_problem
+from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
+from topk.schema.validate import command_line_problem
+from topk.trackers import run_name
 
 log = logging.getLogger("train")
 
@@ -61,9 +62,10 @@ def evaluation_argv(args: list[str]) -> list[str] | None:
 
 def exit_on_composition_problem(argv: list[str], config_dir: Path) -> None:
     """Compose the command line's config before Hydra does: a mistyped key, a value of the wrong
-    type, an unknown option or a config group set to null stops here with one sentence
-    (:mod:`topk.schema`), nothing written."""
-    problem = null_option_problem(argv, config_dir) or command_line_problem(argv, config_dir, "train")
+    type, an unknown option, a config group set to null or a callable no config file names
+    stops here with one sentence (:func:`topk.schema.validate.command_line_problem`), nothing
+    written."""
+    problem = command_line_problem(argv, config_dir, "train")
     if problem is not None:
         print(f"Error: {problem}", file=sys.stderr)
         sys.exit(1)
@@ -144,3 +146,50 @@ def run_ending(single_run: bool) -> Iterator[None]:
         report_error(no_space_sentence(error), single_run)
     finally:
         close_log_file()
+
+
+@contextlib.contextmanager
+def stops_end_the_command() -> Iterator[None]:
+    """Ctrl-C and SIGTERM (:class:`topk.stopping.StopRequests`) stop the whole command, a launcher
+    waiting for its workers (joblib) too: one line and exit 130. Once a run or sweep has stopped
+    (exit 130), further signals are ignored while the process ends: a second SIGTERM close behind
+    the first (SLURM, ``timeout``) would otherwise kill it with 143 as its image-decoding workers
+    shut down, although everything is already saved."""
+    try:
+        with stopping.stop_requests.installed():
+            try:
+                yield
+            except KeyboardInterrupt:
+                close_interrupted_sweep()
+                print("Interrupted: the records say where each run stopped; the same command with "
+                      "trainer.resume=true continues it.", file=sys.stderr)
+                sys.exit(130)
+    except SystemExit as end:
+        if end.code == 130:
+            for number in stopping.StopRequests.signals:
+                signal.signal(number, signal.SIG_IGN)
+        raise
+
+
+def job_overrides() -> list[str]:
+    """The job's command-line overrides (``["loss=smooth_svm", "loss.tau=0.5"]``); none outside Hydra."""
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
+def tracking_name(record: dict) -> str:
+    """The run's name in TensorBoard, MLflow and W&B: its overrides (:func:`topk.trackers.run_name`),
+    else its loss and seed."""
+    return run_name(job_overrides(), fallback=f"{record['loss']},seed={record['seed']}")
+
+
+def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
+    """One line saying what runs: data set, model, loss and its k (beside the study's K where
+    they differ), epochs, device and processes."""
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    processes = f", {distributed.world_size} processes" if distributed.enabled else ""
+    loss_k = cfg.loss.get("k") if OmegaConf.is_dict(cfg.loss) else None
+    k = f"k={cfg.k}" if loss_k in (None, cfg.k) else f"loss.k={loss_k} (study K={cfg.k})"
+    epochs = int(cfg.trainer.epochs)
+    return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
+            f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, {k}, "
+            f"{epochs} epoch{'s' if epochs != 1 else ''}, seed {cfg.seed}, device {device}{processes}")

@@ -178,7 +178,8 @@ def epoch_order(size: int, shuffle: bool, seed: int, epoch: int, context: Distri
     """
     if not context.enabled:
         # what the sampler gives one process, drawn as it draws it but without its round trip
-        # through a Python list: 10 µs instead of 128 µs for S20's 1,800 points, 2% of an epoch
+        # through a Python list, a visible share of an S20 epoch (docs/benchmarks.md, 'Code
+        # choices and the timings behind them')
         if not shuffle:
             return torch.arange(size)
         return torch.randperm(size, generator=torch.Generator().manual_seed(seed + epoch))

@@ -26,9 +26,11 @@ from topk.run_dir import (
     run_params,
     unwritable_reason,
 )
-from topk.schema import composition_problem, config_problem
+from topk.schema import composition_problem
 from topk.schema.check import null_option_problem
 from topk.schema.paths import output_dir_problem
+from topk.schema.store import offered, sources_of
+from topk.schema.validate import job_problem
 
 # The sweep directory of the sweep this process launched, and its sweep.lock, for
 # :func:`close_interrupted_sweep`.
@@ -117,6 +119,8 @@ atexit.register(release_sweep_locks)  # a sweep that ended in an error of Hydra'
 class CheckOutputDir(Callback):
     """Checks made before Hydra writes anything in the run (or sweep) directory.
 
+    - The job's config (a single run's, or each of a basic sweep's jobs) is held to
+      :func:`topk.schema.validate.job_problem`, the one check of a composed job config.
     - The directory must be writable (found by trying: as root, ``os.access`` says yes even for
       ``/proc``); Hydra would otherwise fail deep inside ``mkdir`` with a traceback.
     - A single run's directory must hold no other run unless it is resumed, with the same
@@ -149,7 +153,7 @@ class CheckOutputDir(Callback):
     def on_run_start(self, config: DictConfig, **kwargs) -> None:
         if not from_environment().is_main:
             return
-        problem = config_problem(config) or output_dir_problem(config, multirun=False)
+        problem = job_problem(config, offered(sources_of(config.hydra))) or output_dir_problem(config, multirun=False)
         if problem is not None:
             _stop(problem)
         run_dir = Path(config.hydra.run.dir)
@@ -275,7 +279,7 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
 def sweep_job_folders(config: DictConfig) -> list[Path]:
     """The folder of each job of the sweep (:func:`job_folder`; none for a sweeper other than the
     basic one), checked before any job starts: a :class:`~topk.errors.ConfigError` of one sentence
-    for the first job whose config cannot be composed or breaks the schema (:mod:`topk.schema`),
+    for the first job whose config cannot be composed or fails :func:`topk.schema.validate.job_problem`,
     or for two jobs that would write in one folder. Each job is composed as its launcher will
     compose it (Hydra's ``load_sweep_config``), at about 60 ms a job."""
     from hydra.core.global_hydra import GlobalHydra
@@ -290,7 +294,7 @@ def sweep_job_folders(config: DictConfig) -> list[Path]:
         try:
             problem = null_option_problem(list(job), config_dir) if config_dir else None
             job_config = loader.load_sweep_config(config, list(job)) if problem is None else None
-            problem = problem or config_problem(job_config)
+            problem = problem or job_problem(job_config, offered(sources_of(job_config.hydra)))
             folder = job_folder(job_config, number) if problem is None else None
         except (HydraException, OmegaConfBaseException) as error:
             problem = composition_problem(error)

@@ -106,9 +106,9 @@ def target_rank(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
 
     A sample's scores hold a NaN when their sum is NaN, which it also is, rarely, for scores
     only a diverged model gives (``+inf`` beside ``-inf``, or a float32 sum overflowing both
-    ways): those count as misses too. The sum takes 16 µs where ``isnan().any(1)`` takes 320 µs
-    ([256, 1000] float32, one CPU thread, ``timeit``), and the comparison writes floats (exact
-    counts below 2^24 classes), 46 µs where bools and their sum took 170 µs.
+    ways): those count as misses too. The sum is cheaper than ``isnan().any(1)``, and the
+    comparison writes floats (exact counts below 2^24 classes), cheaper than bools and their sum
+    (docs/benchmarks.md, 'Code choices and the timings behind them').
     """
     label_scores = scores.gather(1, labels[:, None])
     at_least = torch.ge(scores, label_scores, out=torch.empty(scores.shape, dtype=torch.float32, device=scores.device))

@@ -289,10 +289,11 @@ class TensorBoardScalars:
 
     Hand-written (``add_scalar`` at every epoch would do) because it pays on the S20 sweeps
     (``make bench``): their runs are 1,000 epochs of about half a millisecond of training, and
-    ``SummaryWriter``'s writing thread, woken at every epoch, cost 0.12 s of CPU per run here
-    (+20%) with one event per epoch, more with ``add_scalar``'s one event per number; handing the
-    events over at the checkpoints costs what the earlier hand-made event file did (within the
-    noise of a shared machine). ``purge_step`` (on resume) tells TensorBoard to drop the events a
+    ``SummaryWriter``'s writing thread, woken at every epoch, cost a measurable share of each
+    run's CPU with one event per epoch, more with ``add_scalar``'s one event per number
+    (docs/benchmarks.md, 'Code choices and the timings behind them', and its 'Engine overhead');
+    handing the events over at the checkpoints costs what the earlier hand-made event file did
+    (within the noise of a shared machine). ``purge_step`` (on resume) tells TensorBoard to drop the events a
     previous session wrote from that step on.
     """
 

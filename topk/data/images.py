@@ -104,7 +104,8 @@ class ImageFileSplits(DataSplits):
                         ten_crop: bool | None = None):
         """The per-image (worker-side) transform of the training or evaluation images; evaluation
         images are ten crops where ``ten_crop`` (default: ``self.ten_crop``), else a centre crop."""
-        # imported here, for image data only: with the torch._dynamo it imports, 1.4 s at each start
+        # imported here, for image data only: with the torch._dynamo it imports, slow at each start
+        # (docs/benchmarks.md, 'Code choices and the timings behind them')
         from torchvision.transforms import v2
 
         ten_crop = self.ten_crop if ten_crop is None else ten_crop

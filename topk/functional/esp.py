@@ -22,9 +22,9 @@ LOG_ZERO = -1e30
 
 
 # Terms below the largest one of their sum by more than this are taken as exp(NEGLIGIBLE) ≈ 2e-35
-# times it, far below the rounding of float32 and float64: torch's CPU exp measured 10x slower
-# (11 ns against 1 ns per element, one thread) on arguments whose result is zero or subnormal,
-# such as log 0, and those terms change nothing.
+# times it, far below the rounding of float32 and float64: torch's CPU exp is much slower on
+# arguments whose result is zero or subnormal, such as log 0 (docs/benchmarks.md, 'Code choices
+# and the timings behind them'), and those terms change nothing.
 NEGLIGIBLE = -80.0
 
 def log_esp(x: torch.Tensor, k: int, *, linear_space: bool = True) -> torch.Tensor:

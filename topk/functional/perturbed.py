@@ -213,7 +213,7 @@ def kth_largest_of(perturbed: torch.Tensor, k: int, compile: bool) -> tuple[torc
         return kth.to(perturbed.dtype), position
     if not compile:
         return kth_largest(perturbed, k)
-    from torch._dynamo.exc import BackendCompilerFailed  # 1.6 s to import: only when compiling
+    from torch._dynamo.exc import BackendCompilerFailed  # slow to import: only when compiling
 
     try:
         return compiled_kth_largest()(perturbed, k)

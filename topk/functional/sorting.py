@@ -181,8 +181,9 @@ def layer_permutations(sorter: str, n: int, ranks: int) -> tuple[tuple[tuple[int
 
 
 # What ``torch.compiler.assume_constant_result`` does to a function (it sets this attribute), done
-# without it: the decorator imports torch._dynamo, 1.1 s of the 3.1 s ``import train`` takes here,
-# at every start of train.py and of each of its worker processes (python -X importtime).
+# without it: the decorator imports torch._dynamo, the largest part of ``import train``, at every
+# start of train.py and of each of its worker processes (docs/benchmarks.md, 'Code choices and
+# the timings behind them').
 # tests/test_losses_diffsort.py checks that the decorator still sets exactly this.
 DYNAMO_CONSTANT = "_dynamo_marked_constant"
 setattr(layer_permutations, DYNAMO_CONSTANT, True)
@@ -255,9 +256,9 @@ def mix_pairs(lower: torch.Tensor, upper: torch.Tensor, untouched: torch.Tensor,
               alpha: torch.Tensor) -> torch.Tensor:
     """The wires after one layer's relaxed swaps, in wire order (``[…, wires]``), from
     :func:`pair_up`'s parts: ``x_lo ← α x_lo + (1 - α) x_hi``, ``x_hi ← (1 - α) x_lo + α x_hi``.
-    (Two gathers and a concatenation per layer, the wires on the last dimension: measured 2x
-    faster on a CPU than ``x[:, lo]`` and ``index_copy``, and ``index_select`` on a middle
-    dimension has a 20x slower backward; batch 256, bitonic on 100 and 1,000 wires.)"""
+    (Two gathers and a concatenation per layer, the wires on the last dimension: faster on a CPU
+    than ``x[:, lo]`` and ``index_copy``, whose ``index_select`` on a middle dimension has a much
+    slower backward; docs/benchmarks.md, 'Code choices and the timings behind them'.)"""
     shift = alpha * (upper - lower)
     mixed = torch.cat([upper - shift, lower + shift, untouched], dim=-1)
     return mixed.gather(-1, wiring.inverse.expand(mixed.shape))

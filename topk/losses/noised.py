@@ -78,9 +78,8 @@ class _Hinge(torch.autograd.Function):
     ``[B, batch]``, with gradient eq. 12 written in one pass:
     ``λ g_i 1{m_y + top̂ > s_y} · ((1/B) Σ_b e_{c_b} - e_y)``. One autograd node where the
     threshold, the label's score, the margin, the ReLU, λ and the reduction would take six: the
-    fixed cost of each node is what small inputs pay: on 1 CPU thread (n = 10, batch 64, G22's
-    settings, alternated with pytopk), folding the batch mean in took the forward+backward from
-    141–182 µs to 133–176 µs.
+    fixed cost of each node is what small inputs pay (``make bench-losses`` at G22's settings;
+    docs/benchmarks.md, 'Code choices and the timings behind them', the row of this class).
     The ``values`` are those of the scores less each label's score (detached), so that
     ``top̂ - s_y`` is their mean; the gradient is the scores' own (the loss is shift-invariant)."""
 

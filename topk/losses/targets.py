@@ -109,9 +109,9 @@ def label_scores(scores: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     torch's ``gather`` refuses an index out of range on the CPU (a ``RuntimeError``); here that
     refusal becomes the contract's sentence (:func:`check_label_range`). A loss whose first use of
     the labels is this gather can therefore skip :func:`loss_inputs`'s read of their range
-    (``range_from_gather=True``): on 1 CPU thread at n = 10, batch 64, that read is about 5 µs of
-    the noised loss's 150 µs forward+backward timed against pytopk's (``make bench-losses``),
-    the difference between slower and faster. On an accelerator ``gather`` asserts on the
+    (``range_from_gather=True``): at the papers' small label sets that read is a measurable share
+    of the noised loss's forward+backward timed against pytopk's (``make bench-losses``;
+    docs/benchmarks.md, 'Code choices and the timings behind them'). On an accelerator ``gather`` asserts on the
     device instead, as it did before this check, which reads nothing there either.
     """
     try:

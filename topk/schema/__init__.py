@@ -7,8 +7,10 @@
   in one sentence;
 - :mod:`topk.schema.paths`: the output folders a config names, held to what a file system can
   create (name lengths; a folder named after a whole config group);
-- :mod:`topk.schema.store`: the schemas in Hydra's ConfigStore, and the command line checked
-  before Hydra writes anything (the only module here that imports Hydra);
+- :mod:`topk.schema.store`: the schemas in Hydra's ConfigStore, and what the config search path
+  offers;
+- :mod:`topk.schema.validate`: the home of validation: the command line checked before Hydra
+  starts, the one check of a job's composed config, and which entry makes each where;
 - :mod:`topk.schema.targets`: the callables a config may name, those the config files of the
   search path name (docs/trust.md);
 - :mod:`topk.schema.saved`: a run's saved configuration read back as data, for ``+eval``.

@@ -145,7 +145,7 @@ def null_option_problem(argv: list[str], config_dir: Path) -> str | None:
     try:
         overrides = OverridesParser.create().parse_overrides(args.overrides)
     except HydraException:
-        return None  # an override that does not parse: topk.schema.store.command_line_problem says so
+        return None  # an override that does not parse: topk.schema.validate.command_line_problem says so
     for override in overrides:
         group = override.key_or_group
         is_group = "/" in group or (config_dir / group).is_dir()

@@ -1,18 +1,13 @@
-"""The schemas in Hydra's ConfigStore, and the command line checked before Hydra runs.
+"""The schemas in Hydra's ConfigStore, and the config search path.
 
 :func:`register` stores each dataclass of :data:`topk.schema.groups.SCHEMAS` as
 ``schema/<group>/<name>``, the name ``conf/<group>/<option>.yaml`` lists first in its defaults,
 and the resolvers ``conf/`` uses (``if_null``, ``if_tuning``, ``at_ks``). Anything that composes ``conf/`` calls it
 first (``train.py`` on import, :mod:`topk.report.protocol`, the tests).
 
-:func:`command_line_problem` composes the command line's config with Hydra's compose API before
-``@hydra.main`` does, so that a composition error (a mistyped key, a value of the wrong type, an
-unknown option) is said in one sentence instead of Hydra's report, and nothing is written; so is
-a ``_target_`` that no config file of the search path names (:mod:`topk.schema.targets`).
-
 :func:`offered` lists what the config search path offers (``conf/``, the folders of
-``hydra.searchpath``, Hydra's own configs and its plugins'), :func:`search_path` is the one Hydra
-composes with, and :func:`job_target_problem` holds a job's composed config to it.
+``hydra.searchpath``, Hydra's own configs and its plugins'), the allow-list
+:mod:`topk.schema.validate` holds configs to; :func:`search_path` is the one Hydra composes with.
 """
 
 from __future__ import annotations
@@ -27,13 +22,11 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from topk.errors import ConfigError
-from topk.schema.check import check_config, composition_problem
+from topk.schema.check import composition_problem
 from topk.schema.groups import SCHEMAS
 from topk.schema.targets import (
     Offered,
-    command_line_target_sentence,
     file_offers,
-    first_outside,
     offers_of,
 )
 
@@ -75,75 +68,6 @@ def register() -> None:
     OmegaConf.register_new_resolver("if_null", if_null, replace=True)
     OmegaConf.register_new_resolver("if_tuning", if_tuning, replace=True)
     OmegaConf.register_new_resolver("at_ks", at_ks, replace=True)
-
-
-def command_line_problem(argv: list[str], config_dir: Path, config_name: str) -> str | None:
-    """One sentence if the config of ``python train.py <argv>`` cannot be composed, else
-    ``None``. A sweep (``-m``) is composed without its swept overrides, as Hydra composes it
-    first; each of its jobs is composed by :class:`topk.hydra_callbacks.CheckOutputDir`. Help,
-    shell completion, a re-run, ``--config-dir`` and a relative ``--config-path`` are left to
-    Hydra (an absolute ``--config-path`` replaces ``config_dir``)."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    from topk.hydra_private import command_line
-
-    args = command_line(argv)
-    if args.config_path and Path(args.config_path).is_absolute():
-        config_dir = Path(args.config_path)
-    elif args.config_path:
-        return None
-    if args.help or args.hydra_help or args.shell_completion or args.experimental_rerun or args.config_dir:
-        return None
-    try:
-        overrides = OverridesParser.create().parse_overrides(args.overrides)
-        swept = [o for o in overrides if args.multirun and o.is_sweep_override()]
-        kept = [o.input_line for o in overrides if o not in swept]
-        with initialize_config_dir(config_dir=str(config_dir), version_base="1.3"):
-            cfg = compose(args.config_name or config_name, overrides=kept, return_hydra_config=True)
-    except (HydraException, OmegaConfBaseException) as error:
-        return composition_problem(error)
-    swept_targets = {o.key_or_group: list(o.sweep_string_iterator()) for o in swept
-                     if o.key_or_group.split(".")[-1] == "_target_"}
-    return command_line_target_problem(cfg, swept_targets)
-
-
-def command_line_target_problem(cfg: DictConfig, swept: dict[str, list[str]]) -> str | None:
-    """One sentence if the composed ``cfg`` (Hydra's node included: its callbacks, launcher,
-    sweeper and logging) or a swept ``_target_`` names a callable that no config file of its
-    search path names, else ``None``. Read unresolved: an interpolation that makes a
-    ``_target_`` is caught when the job's config is resolved (:func:`job_target_problem`)."""
-    offered_here = offered(sources_of(cfg.hydra))
-    outside = first_outside(OmegaConf.to_container(cfg, resolve=False), offered_here)
-    outside = outside or next(((key, value) for key, values in swept.items() for value in values
-                               if value not in offered_here.targets), None)
-    return None if outside is None else command_line_target_sentence(*outside)
-
-
-def check_job(cfg: DictConfig, hydra_cfg: DictConfig) -> None:
-    """The last check of a job's composed config before anything of it is built, whatever
-    composed it (the command line, a sweep's job, an Optuna trial, ``--config-dir``): the schema
-    (:func:`topk.schema.check.check_config`) and the callables it may name
-    (:func:`job_target_problem`, docs/trust.md); :class:`~topk.errors.ConfigError` with one
-    sentence for the first problem."""
-    check_config(cfg)
-    problem = job_target_problem(cfg, hydra_cfg)
-    if problem is not None:
-        raise ConfigError(problem)
-
-
-def job_target_problem(cfg: DictConfig, hydra_cfg: DictConfig) -> str | None:
-    """One sentence if the job's config ``cfg``, resolved, names a callable that no config file
-    of its search path (``hydra_cfg.runtime.config_sources``) names, else ``None``: the last
-    check before :mod:`train` builds anything, for configs composed any other way than
-    :func:`command_line_problem` composes them (a sweep's jobs, ``--config-dir``)."""
-    try:
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-    except OmegaConfBaseException as error:
-        return composition_problem(error)
-    outside = first_outside(resolved, offered(sources_of(hydra_cfg)))
-    return None if outside is None else command_line_target_sentence(*outside)
 
 
 def sources_of(hydra_cfg: DictConfig) -> tuple[str, ...]:

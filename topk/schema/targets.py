@@ -30,7 +30,7 @@ TARGET = "_target_"
 LOGGING_NODES = ("hydra.job_logging", "hydra.hydra_logging")  # handed to logging.config.dictConfig
 LOGGING_CALLABLES = ("class", "()")  # the keys dictConfig calls in them
 SWEEPER_CALLABLE = "custom_search_space"  # a function Hydra's Optuna sweeper imports and calls
-YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's when built with it: 10x faster
+YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's C loader when built with it
 
 
 @dataclass(frozen=True)
