@@ -102,6 +102,13 @@ def tiny_plantnet(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_fashion_mnist(tmp_path_factory):
+    from topk.data.fixtures import write_fashion_mnist
+
+    return write_fashion_mnist(tmp_path_factory.mktemp("fashion_mnist"), train_per_class=4, test_per_class=2)
+
+
+@pytest.fixture(scope="session")
 def tiny_imagenet_lt(tmp_path_factory):
     from image_data import write_imagenet_lt
 
@@ -109,7 +116,7 @@ def tiny_imagenet_lt(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt, tiny_embeddings):
+def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt, tiny_embeddings, tiny_fashion_mnist):
     """Overrides that point each file-based data set at its tiny fixture (small images)."""
     small = ["dataset.image_size=8", "dataset.resize_size=10"]
     return {
@@ -118,4 +125,6 @@ def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt, ti
         "plantnet": [f"dataset.root={tiny_plantnet[0]}", *small],
         "imagenet_lt": [f"dataset.root={tiny_imagenet_lt[0]}", *small],
         "embeddings": [f"dataset.root={tiny_embeddings}"],
+        "image_folder": [f"dataset.root={tiny_plantnet[0] / 'images'}", *small],  # train/, val/, test/
+        "torchvision": [f"dataset.root={tiny_fashion_mnist}", "dataset.name=FashionMNIST", *small],
     }

@@ -117,6 +117,7 @@ SELECTION = {
     "cifar100": "val/top{k}", "imagenet": "val/top{k}", "imagenet_lt": "val/top{k}",
     "plantnet": "val/macro_top{k}", "circles": "val/top1", "circles_multimodal": "last", "random_images": "last",
     "embeddings": "last",  # P22 holds a validation split out only in its experiments
+    "image_folder": "last", "torchvision": "last",  # no paper protocol: train.yaml's default
 }
 
 

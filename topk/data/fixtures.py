@@ -2,7 +2,8 @@
 
 Nothing here is downloaded: CIFAR-100 is written as the official python pickles (with fine and
 coarse labels), ImageNet and Pl@ntNet-300K as folder trees of real JPEG files, ImageNet-LT as its
-text lists over the ImageNet tree. The pixels are random, so the numbers trained on them mean
+text lists over the ImageNet tree, torchvision's FashionMNIST as its IDX files and DTD as its
+image tree and split lists. The pixels are random, so the numbers trained on them mean
 nothing; the point is that every reader, split and protocol runs exactly as on the real data.
 
     python -m topk.data.fixtures outputs/smoke_data     # what `make smoke` trains on
@@ -109,6 +110,46 @@ def write_plantnet(root: Path, train_counts: Sequence[int], val_per_class: int, 
     names = {s: f"Species {index}" for index, s in enumerate(species)}
     (Path(root) / "plantnet300K_species_id_2_name.json").write_text(json.dumps(names))
     return species
+
+
+def write_idx(path: Path, array: np.ndarray) -> None:
+    """``array`` (uint8) as an IDX file, the format of the MNIST family's ``*-ubyte`` files:
+    two zero bytes, the type code (0x08: unsigned byte), the number of dimensions, each
+    dimension as a big-endian int32, then the values in row-major order."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = bytes([0, 0, 0x08, array.ndim]) + np.asarray(array.shape, dtype=">i4").tobytes()
+    path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+def write_fashion_mnist(root: Path, train_per_class: int, test_per_class: int, seed: int = 0) -> Path:
+    """``root/FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte``, uncompressed, as
+    torchvision's ``FashionMNIST`` reads them: 28x28 grey images of random pixels, 10 classes."""
+    rng = np.random.default_rng(seed)
+    raw = Path(root) / "FashionMNIST" / "raw"
+    for part, per_class in (("train", train_per_class), ("t10k", test_per_class)):
+        labels = rng.permutation(np.repeat(np.arange(10, dtype=np.uint8), per_class))
+        write_idx(raw / f"{part}-images-idx3-ubyte", rng.integers(0, 256, (len(labels), 28, 28), dtype=np.uint8))
+        write_idx(raw / f"{part}-labels-idx1-ubyte", labels)
+    return Path(root)
+
+
+def write_dtd(root: Path, per_split: dict[str, int], classes: Sequence[str] = ("banded", "dotted", "striped"),
+              partition: int = 1, seed: int = 0) -> Path:
+    """``root/dtd/dtd/images/<class>/*.jpg`` and ``labels/<split><partition>.txt`` (lines
+    ``<class>/<file>``), the Describable Textures layout that torchvision's ``DTD`` reads:
+    ``per_split[split]`` images of every class in each of train, val and test."""
+    rng = np.random.default_rng(seed)
+    folder = Path(root) / "dtd" / "dtd"
+    for split, count in per_split.items():
+        lines = []
+        for name in classes:
+            for index in range(count):
+                file = f"{name}_{split}_{index:04d}.jpg"
+                write_jpeg(folder / "images" / name / file, rng)
+                lines.append(f"{name}/{file}")
+        (folder / "labels").mkdir(parents=True, exist_ok=True)
+        (folder / "labels" / f"{split}{partition}.txt").write_text("\n".join(lines) + "\n")
+    return Path(root)
 
 
 def write_embeddings(root: Path, sizes: dict[str, int], width: int = 8, classes: int = 6,

@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from topk.data.batches import epoch_seed
-from topk.data.splits import DataSplits
+from topk.data.splits import DataSplits, refuse_untrained_classes
 from topk.distributed import SINGLE_PROCESS, Distributed, epoch_order, local_batch_size, shard_size
 from topk.errors import ConfigError, DataError
 
@@ -59,6 +59,12 @@ class ImageFileSplit:
     def subset(self, positions: torch.Tensor) -> ImageFileSplit:
         """The images at ``positions``, in that order."""
         return ImageFileSplit([self.paths[i] for i in positions.tolist()], self.y[positions].clone())
+
+    def open(self, index: int) -> Image.Image:
+        """Image ``index``, opened by PIL (decoded lazily); ``paths[index]`` names it in errors.
+        A split whose images are not files (:class:`topk.data.torchvision_sets.DatasetSplit`)
+        overrides this."""
+        return Image.open(self.paths[index])
 
 
 @dataclass
@@ -171,21 +177,52 @@ def labelled_split(
     return ImageFileSplit(paths, labels)
 
 
+def read_class_folders(folders: dict[str, Path], what: str, where: str
+                       ) -> tuple[list[str], dict[str, ImageFileSplit]]:
+    """The labelled splits of ImageFolder trees, one per split (``folders``: split name -> its
+    folder, ``train`` among them), as torchvision's ``ImageFolder`` reads one: the classes are the
+    training folder's sub-folders in sorted order (``find_classes``), the images every file below
+    a class folder with one of its extensions (``IMG_EXTENSIONS``; :func:`list_image_folder`).
+    A training folder without images, and a class of another split that training lacks
+    (:func:`labelled_split`), stop with one sentence; ``what`` names the data set, ``where`` ends
+    the sentence (:func:`where_expected`)."""
+    classes, train_samples = list_image_folder(folders["train"])
+    if not train_samples:
+        raise ConfigError(f"{what} training folder {folders['train']} holds no images; {where}.")
+    class_index = {name: index for index, name in enumerate(classes)}
+    splits = {name: labelled_split(train_samples if name == "train" else list_image_folder(folder)[1],
+                                   class_index, str(folder))
+              for name, folder in folders.items()}
+    return classes, splits
+
+
+def check_splits(splits: Sequence[ImageFileSplit | None], classes: list[str], train_where: str,
+                 check_images: bool) -> None:
+    """The checks every image data set's splits get once drawn: each class has training images
+    (:func:`topk.data.splits.refuse_untrained_classes`, ``train_where`` saying where the training
+    split was read) and, where ``check_images``, every image can be opened
+    (:func:`check_image_files`). ``splits[0]`` is the training split."""
+    refuse_untrained_classes(splits[0].y, len(classes), train_where, classes)
+    if check_images:
+        check_image_files(splits)
+
+
 def check_image_files(splits: Sequence[ImageFileSplit | None], workers: int = 16) -> None:
     """Open every image's header (no decoding) so that a missing or unreadable file stops the run
     before training, naming the file; reading a header costs one small read per file."""
-    paths = [path for split in splits if split is not None for path in split.paths]
+    items = [(split, index) for split in splits if split is not None for index in range(len(split))]
+    paths = [split.paths[index] for split, index in items]
 
-    def problem(path: str) -> str | None:
+    def problem(item: tuple[ImageFileSplit, int]) -> str | None:
         try:
-            with Image.open(path) as image:
+            with item[0].open(item[1]) as image:
                 image.size  # noqa: B018  (the header is parsed on open; size proves it)
         except Exception as error:  # PIL raises several types for broken files
             return f"{type(error).__name__}: {error}"
         return None
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(problem, paths, chunksize=256)
+        results = pool.map(problem, items, chunksize=256)
         progress = tqdm(results, total=len(paths), desc="checking images", unit="img",
                         disable=len(paths) < 20000, leave=False)
         for path, reason in zip(paths, progress):
@@ -211,7 +248,7 @@ class ImageFileDataset(Dataset):
         index, sample_seed = index_and_seed
         path = self.split.paths[index]
         try:
-            with Image.open(path) as image:
+            with self.split.open(index) as image:
                 image = image.convert("RGB")
         except Exception as error:  # PIL raises several types for broken files
             raise DataError(

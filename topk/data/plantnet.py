@@ -16,12 +16,10 @@ from topk.data.images import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     ImageFileSplits,
-    check_image_files,
-    labelled_split,
-    list_image_folder,
+    check_splits,
+    read_class_folders,
     where_expected,
 )
-from topk.data.splits import refuse_untrained_classes
 from topk.errors import ConfigError
 
 SPLITS = ("train", "val", "test")
@@ -61,20 +59,9 @@ def plantnet(
     missing = [str(folder) for folder in folders.values() if not folder.is_dir()]
     if missing:
         raise ConfigError(f"Pl@ntNet-300K folder(s) {', '.join(missing)} do not exist; {_WHERE}.")
-    species, train_samples = list_image_folder(folders["train"])
-    if not train_samples:
-        raise ConfigError(f"Pl@ntNet-300K training folder {folders['train']} holds no images; {_WHERE}.")
-    class_index = {name: index for index, name in enumerate(species)}
-    splits = {
-        name: labelled_split(
-            train_samples if name == "train" else list_image_folder(folder)[1], class_index, str(folder)
-        )
-        for name, folder in folders.items()
-    }
-    refuse_untrained_classes(splits["train"].y, len(species), f"the training folder {folders['train']}",
-                             species)
-    if check_images:
-        check_image_files(list(splits.values()))
+    species, splits = read_class_folders(folders, "Pl@ntNet-300K", _WHERE)
+    check_splits([splits["train"], splits["val"], splits["test"]], species,
+                 f"the training folder {folders['train']}", check_images)
     names = []
     if (root / NAMES_FILE).is_file():
         id_to_name = json.loads((root / NAMES_FILE).read_text())

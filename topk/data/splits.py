@@ -146,3 +146,25 @@ def refuse_untrained_classes(labels: torch.Tensor, num_classes: int, where: str,
         f"{where} has no training sample of {len(missing)} of its {num_classes} classes "
         f"({shown}{', ...' if len(missing) > 5 else ''}); a class without training data cannot be "
         "learnt: give it training samples or remove it from every split.")
+
+
+def stratified_parts(labels: torch.Tensor, fractions: list[float], seed: int) -> list[torch.Tensor]:
+    """Ascending positions of one held-out part per fraction of ``fractions`` and of the rest
+    (last), each class of ``labels`` (non-negative) giving ``round(fraction * its count)`` samples
+    to each part (halves up; stratified, as :func:`balanced_subset` draws), in the order of a
+    permutation drawn from ``seed`` alone: the same seed, the same parts.
+    Fractions are non-negative and sum to less than 1; a class may give a part nothing."""
+    generator = torch.Generator().manual_seed(seed)
+    order = torch.randperm(len(labels), generator=generator)
+    by_class = order[torch.argsort(labels[order], stable=True)]  # grouped by class, shuffled within
+    counts = torch.bincount(labels) if len(labels) else torch.zeros(0, dtype=torch.int64)
+    starts = torch.cumsum(counts, 0) - counts
+    classes = labels[by_class]
+    rank = torch.arange(len(labels)) - starts[classes]  # place within its class
+    parts, low = [], torch.zeros_like(counts)
+    for fraction in fractions:
+        high = low + torch.floor(counts.double() * fraction + 0.5).long()
+        parts.append(by_class[(rank >= low[classes]) & (rank < high[classes])])
+        low = high
+    parts.append(by_class[rank >= low[classes]])
+    return [torch.sort(part).values for part in parts]
