@@ -52,6 +52,26 @@ def test_summary_means_min_max_and_failed_runs(tmp_path):
     assert "| 30 " in files["md"].read_text().replace("|          ", "| ")
 
 
+def test_a_whole_config_value_prints_as_a_whole_number(tmp_path):
+    """Records hold ``dataset.d`` as a float (30.0): the summary's column is whole numbers, so
+    the page and the markdown print d = 30 where the accuracies get two decimals; a fractional
+    or a huge value (σ = 1e308 of a failed run) stays a float."""
+    from topk.report.cells import whole_numbers
+    from topk.report.page import html_table
+
+    for index, record in enumerate([fake_record("completed", "ce", 0, 30.0, 90.0, 99.0),
+                                    fake_record("completed", "ce", 0, 45.0, 80.0, 97.0)]):
+        (tmp_path / str(index)).mkdir()
+        write_results(tmp_path / str(index), record)
+    summary = summarise(load_sweep(tmp_path).runs, "dataset.d")
+    assert str(summary["dataset.d"].dtype) == "Int64"
+    page = html_table(summary, index=False, floatfmt=".2f")
+    assert "<td>30</td>" in page and "<td>45</td>" in page and "30.00" not in page
+    assert "<td>90.00</td>" in page
+    assert whole_numbers(pd.Series([0.5, 2.0])).tolist() == [0.5, 2.0]
+    assert whole_numbers(pd.Series([10.0, 1e308])).tolist() == [10.0, 1e308]
+
+
 def test_missing_sweep_names_the_command(tmp_path):
     """(Which sweep is chosen among several: tests/test_report.py.)"""
     with pytest.raises(FileNotFoundError, match=r"python train.py -m \+experiment=s20_exp1"):

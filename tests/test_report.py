@@ -255,13 +255,28 @@ def test_a_cut_down_sweep_deviates_and_names_the_keys(tmp_path):
 
 
 def test_a_smoke_sweep_in_the_full_scale_folder_is_smoke(tmp_path):
+    """... and its section reads well: the protocol line wraps even with an override longer
+    than the page is wide, σ (a whole number) prints without decimals, and the greyed claims
+    table has no index column."""
     out = tmp_path / "outputs"
+    long_dir = "hydra.sweep.dir=" + "outputs/sweeps/s20_exp1/a_very_long_folder_name" * 8
     write_sweep(out / "sweeps" / "s20_exp1" / "2026-01-01_00-00-00", "s20_exp1",
                 protocol_records("s20_exp1", s20_metrics(), seeds={0}),
-                command_line=["+scale=smoke"], sweeper={**protocol("s20_exp1").sweep, "seed": "0"})
+                command_line=["+scale=smoke", long_dir],
+                sweeper={**protocol("s20_exp1").sweep, "seed": "0"})
     path, _ = build_page(out)
-    assert Page(path.read_text()).status["s20_exp1"] == "smoke"
-    assert "color: #aaa" in section(path.read_text(), "s20_exp1")  # its claims' verdicts greyed out
+    text = path.read_text()
+    assert Page(text).status["s20_exp1"] == "smoke"
+    part = section(text, "s20_exp1")
+    assert "color: #aaa" in part  # its claims' verdicts greyed out
+    protocol_block = part[part.index('<div class="protocol">'):]
+    assert protocol_block.index("<strong>Protocol</strong>") < protocol_block.index(long_dir)
+    assert protocol_block.index(long_dir) < protocol_block.index("</div>")
+    assert ".protocol p, .protocol li { overflow-wrap: anywhere; }" in text
+    assert "<td>10</td>" in part and "<td>10.00</td>" not in part  # σ = 10, not 10.00
+    claims = part[part.index("What S20 claims"):]
+    claims = claims[:claims.index("</table>")]
+    assert "<th" in claims and "row_heading" not in claims and ">0</th>" not in claims
 
 
 def test_the_best_sweep_is_chosen_by_completeness_and_record_times_not_names(tmp_path):
@@ -297,6 +312,19 @@ def test_claims_get_verdicts_that_decide_the_status(tmp_path):
     assert Page(path.read_text()).status["s20_exp1"] == "differs"
     claims = (out / "report" / "figures" / "s20_exp1.md").read_text()
     assert "| does not hold " in claims and "σ = 10 top1: ce − topk_group = -5.00" in claims
+
+
+def test_a_table_without_index_shows_none_even_with_greyed_columns():
+    """A claims table (index=False) of a smoke item, whose verdicts are greyed out through
+    pandas' Styler, has no column of row numbers; with index=True the named index stays."""
+    from topk.report.page import html_table
+
+    claims = pd.DataFrame({"setting": ["a", "b"], "claim": ["x", "y"], "verdict": ["holds", "undecided"]})
+    for grey in ((), ("verdict",)):
+        table = html_table(claims, index=False, grey=grey)
+        assert re.findall(r"<th[^>]*>([^<]*)</th>", table) == ["setting", "claim", "verdict"]
+    named = html_table(claims.set_index("setting"), grey=("verdict",))
+    assert ">a</th>" in named and ">0</th>" not in named
 
 
 def test_page_travels_and_lists_runs_in_job_order(tmp_path):

@@ -8,6 +8,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 
 import numpy as np
+import pandas as pd
 
 from topk.report.runs import UNFINISHED, number
 
@@ -82,6 +83,16 @@ def display(value) -> str:
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:g}"
     return str(value)
+
+
+def whole_numbers(values: pd.Series) -> pd.Series:
+    """``values`` as numbers, whole ones as integers (``Int64``) where every known one is whole
+    and exact in float64 (a config value such as ``dataset.d`` = 30.0 prints as 30, not 30.00,
+    in a table whose floats get two decimals), else as floats."""
+    numbers = pd.to_numeric(values, errors="coerce")
+    known = numbers.dropna()
+    whole = (known.abs() < 2**53).all() and (known == known.round()).all()
+    return numbers.astype("Int64") if whole else numbers
 
 
 def _sort_key(key) -> tuple:

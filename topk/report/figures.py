@@ -23,6 +23,7 @@ from topk.report.cells import (
     number,
     observation,
     ordered,
+    whole_numbers,
 )
 from topk.report.claims import (
     b18_tau_claims,
@@ -101,6 +102,7 @@ def summarise(runs: pd.DataFrame, parameter: str) -> pd.DataFrame:
     summary = table.groupby([parameter, "loss"]).agg(
         runs=("completed", "sum"), not_completed=("completed", lambda done: int((~done).sum())),
         **{f"{m}_{s}": (m, s) for m in S20_METRICS for s in ("mean", "min", "max")}).reset_index()
+    summary[parameter] = whole_numbers(summary[parameter])  # d = 30, not 30.00
     order = summary["loss"].map(lambda name: LOSS_ORDER.get(name, 3))
     return (summary.assign(_order=order).sort_values([parameter, "_order"])
             .drop(columns="_order").reset_index(drop=True))

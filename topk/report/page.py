@@ -180,7 +180,9 @@ def html_table(frame: pd.DataFrame, index: bool = True, floatfmt: str | None = N
         return frame.to_html(index=index, border=0, na_rep="", escape=True, float_format=formatter)
     style = frame.style.set_properties(subset=greyed, **{"color": "#aaa"})
     style = style.format(formatter, na_rep="") if formatter else style.format(na_rep="")
-    return style.to_html(table_attributes='border="0"', **({} if index else {"index": False}))
+    if not index:  # Styler.to_html has no index=False: the row labels are hidden instead
+        style = style.hide(axis="index")
+    return style.to_html(table_attributes='border="0"')
 
 
 def link(path: Path, label: str, page_dir: Path) -> str:
@@ -267,7 +269,8 @@ def sweep_line(sweep: Sweep) -> str:
 
 def protocol_html(item: Item) -> str:
     """The protocol check: what the protocol asks, the sweep's command line, every deviation,
-    runs outside the protocol, missing runs, keys only one side has, and the other sweeps."""
+    runs outside the protocol, missing runs, keys only one side has, and the other sweeps; in a
+    ``protocol`` block whose lines wrap anywhere (a command line's overrides are long words)."""
     fidelity, runs = item.sweep.fidelity, item.sweep.runs
     proto = fidelity.protocol
     sweep = ", ".join(f"<code>{html.escape(k)}={html.escape(v)}</code>" for k, v in proto.sweep.items())
@@ -303,7 +306,7 @@ def protocol_html(item: Item) -> str:
         others += "".join(f"<li>not read: {inline(r)}</li>" for r in item.refused)
         parts.append(f"<details><summary>Other sweeps found ({len(item.others) + len(item.refused)})"
                      f"</summary><ul>{others}</ul></details>")
-    return "\n".join(parts)
+    return '<div class="protocol">' + "\n".join(parts) + "</div>"
 
 
 def provenance_html(runs: pd.DataFrame) -> str:

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from topk.report.cells import COUNTS, count_text, in_order, number, summarise_groups
+from topk.report.cells import (
+    COUNTS,
+    count_text,
+    in_order,
+    number,
+    summarise_groups,
+    whole_numbers,
+)
 
 COUNTS_LEGEND = (
     "runs: runs averaged / runs expected (found + missing); failed, interrupted, still-running, "
@@ -41,9 +48,7 @@ def summarise_points(entries: list[dict], expected_seeds: int | None, names: tup
              "counts": count_text(cell, unit)} for (line, x), cell in sorted(cells.items(), key=position)]
     frame = pd.DataFrame(rows, columns=[line_name, x_name, f"{value_name}_mean",
                                         f"{value_name}_std", *COUNTS, "seeds", "counts"])
-    xs = pd.to_numeric(frame[x_name], errors="coerce")
-    whole = (xs.dropna() == xs.dropna().round()).all()  # k, K, epochs: integers
-    frame[x_name] = xs.astype("Int64") if whole else xs
+    frame[x_name] = whole_numbers(frame[x_name])  # k, K, epochs: integers
     frame[list(COUNTS)] = frame[list(COUNTS)].astype("Int64")
     return frame
 

@@ -16,6 +16,7 @@ p, li {{ max-width: 62em; }}
 .meta {{ color: #555; font-size: .92em; }}
 code {{ background: #f3f3f3; padding: 0 .25em; border-radius: 3px; font-size: .92em; }}
 .scroll {{ overflow-x: auto; margin: .4em 0 1em; }}
+.protocol p, .protocol li {{ overflow-wrap: anywhere; }}  /* a sweep's long overrides and paths wrap */
 table {{ border-collapse: collapse; font-size: .85em; font-variant-numeric: tabular-nums; }}
 th, td {{ border: 1px solid #ddd; padding: .25em .55em; text-align: left; vertical-align: top; }}
 thead th, tbody th {{ background: #f6f6f6; }}
