@@ -77,6 +77,9 @@ def test_an_architecture_too_large_for_small_images_says_the_size_it_needs_befor
                                           r"it needs images of at least 63x63 pixels"):
         torchvision_model(10, CIFAR, name="alexnet")
     assert _scores(torchvision_model(10, (3, 64, 64), name="alexnet"), (3, 64, 64)).shape == (2, 10)
+    with pytest.raises(ConfigError, match=r"^model.name=maxvit_t cannot score this data set's 32x32 images \(.*\); "
+                                          r"it needs 224x224 images"):
+        torchvision_model(10, CIFAR, name="maxvit_t")  # its windows of 7 fix the size
 
 
 def test_other_channel_counts_get_a_first_convolution_of_their_own():
