@@ -140,7 +140,7 @@ def cli() -> None:
     """``python train.py ...``: ``--help``; ``+eval=<run dir>`` handed to :mod:`topk.evaluate`;
     the command line checked before Hydra starts; then :func:`main`, ended by Ctrl-C or SIGTERM
     as :func:`topk.cli.stops_end_the_command` says."""
-    argv = sys.argv[1:]
+    sys.argv[1:] = argv = command_line.resume_argv(sys.argv[1:])  # trainer.resume=<folder>
     if (evaluation := command_line.evaluation_argv(argv)) is not None:
         from topk.evaluate import main as evaluate
 

@@ -26,6 +26,7 @@ import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -394,8 +395,10 @@ def test_sigterm_stops_a_sweep_with_one_line_and_interrupted_records(tmp_path, l
     assert result.returncode == 130, result.stderr
     assert "Traceback" not in result.stderr
     lines = [line for line in result.stderr.splitlines() if line.startswith(("Interrupted", "Error"))]
-    assert lines == ["Interrupted: the records say where each run stopped; the same command with "
-                     "trainer.resume=true continues it."]
+    assert lines == [f"Interrupted: the records in {sweep_dir} say where each run stopped; continue the "
+                     "sweep with:"]
+    command = result.stderr.splitlines()[result.stderr.splitlines().index(lines[0]) + 1]
+    assert shlex.split(command)[-1] == f"trainer.resume={sweep_dir}" and "-m" in shlex.split(command)
     records = [strict_record(path.parent) for path in sorted(sweep_dir.rglob("results.json"))]
     assert records and all(record["status"] == "interrupted" for record in records)
     assert all("resume continues after epoch" in record["error"] for record in records)
@@ -428,12 +431,14 @@ def test_sigterm_to_the_process_group_with_data_workers_is_interrupted_and_resum
     time.sleep(0.05)
     os.killpg(process.pid, signal.SIGTERM)
     stderr = process.communicate(timeout=60)[1]
-    assert_one_sentence(process.returncode, stderr, 130, r"^Interrupted: interrupted; resume continues after epoch \d+")
+    assert_one_sentence(process.returncode, stderr, 130, rf"^Interrupted; its checkpoint and record are in {stopped}; continue it with:$")
     record = strict_record(stopped)
     assert record["status"] == "interrupted" and record["provenance"]["ended_utc"]
     assert not (stopped / "run.lock").exists()
-    # the resume and the run never stopped: train.py in this process
-    assert run_main([*args, f"hydra.run.dir={stopped}", "trainer.resume=true"], quick=False)[0] == 0
+    # the printed command, pasted, resumes (train.py in this process), and the run never stopped
+    command = shlex.split(stderr.splitlines()[-1])
+    assert command[:2] == ["python", "train.py"] and command[-1] == f"trainer.resume={stopped}", command
+    assert run_main(command[2:], quick=False)[0] == 0
     assert run_main([*args, f"hydra.run.dir={tmp_path / 'whole'}"], quick=False)[0] == 0
     columns = ["epoch", "lr", "train/loss", "train/top1", "val/top1", "test/top1"]
     resumed = pd.read_csv(stopped / "history.csv")[columns]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import os
+import shlex
 import signal
 import sys
 from collections.abc import Iterator
@@ -17,8 +19,9 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from topk import stopping
+from topk.distributed import from_environment
 from topk.errors import RunRefused, TopkError
-from topk.hydra_callbacks import close_interrupted_sweep, note_refused_run
+from topk.hydra_callbacks import close_interrupted_sweep, interrupted_sweep_dir, note_refused_run
 from topk.schema.validate import command_line_problem
 from topk.trackers import run_name
 
@@ -132,8 +135,10 @@ def run_ending(single_run: bool) -> Iterator[None]:
         stopping.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
         if not single_run:
             raise  # stops the whole sweep: one line and exit 130 at train.cli
-        print(f"Interrupted: {interruption}; the same command with trainer.resume=true "
-              "continues it.", file=sys.stderr)
+        if from_environment().is_main:
+            run_dir = Path(HydraConfig.get().runtime.output_dir)
+            print(f"Interrupted; its checkpoint and record are in {shown(run_dir)}; continue it with:\n"
+                  f"  {resume_command(run_dir)}", file=sys.stderr)
         sys.exit(130)
     except TopkError as error:
         if isinstance(error, RunRefused) and not single_run:
@@ -160,9 +165,13 @@ def stops_end_the_command() -> Iterator[None]:
             try:
                 yield
             except KeyboardInterrupt:
+                sweep_dir = interrupted_sweep_dir()
                 close_interrupted_sweep()
-                print("Interrupted: the records say where each run stopped; the same command with "
-                      "trainer.resume=true continues it.", file=sys.stderr)
+                if sweep_dir is None:
+                    print("Interrupted before the sweep started; nothing was run.", file=sys.stderr)
+                else:
+                    print(f"Interrupted: the records in {shown(sweep_dir)} say where each run stopped; "
+                          f"continue the sweep with:\n  {resume_command(sweep_dir)}", file=sys.stderr)
                 sys.exit(130)
     except SystemExit as end:
         if end.code == 130:
@@ -193,3 +202,37 @@ def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
     return (f"dataset={choices.get('dataset', '?')} ({splits.num_classes} classes), "
             f"model={choices.get('model', '?')}, loss={choices.get('loss', '?')}, {k}, "
             f"{epochs} epoch{'s' if epochs != 1 else ''}, seed {cfg.seed}, device {device}{processes}")
+
+
+RESUME_DIRS = ("hydra.run.dir", "hydra.sweep.dir")
+BOOLEAN_WORDS = {"true", "false", "yes", "no", "on", "off", "y", "n", "1", "0"}  # OmegaConf's booleans
+
+
+def resume_argv(argv: list[str]) -> list[str]:
+    """``trainer.resume=<folder>`` read as ``trainer.resume=true hydra.run.dir=<folder>`` (with
+    ``-m``, ``hydra.sweep.dir=<folder>``): the folder of the run or sweep to continue, as the line
+    an interrupted run prints gives it (:func:`resume_command`). Other arguments are kept."""
+    folder_key = "hydra.sweep.dir" if {"-m", "--multirun"} & set(argv) else "hydra.run.dir"
+    read = []
+    for arg in argv:
+        key, given, value = arg.partition("=")
+        if key.lstrip("+") == "trainer.resume" and given and value.lower() not in BOOLEAN_WORDS:
+            read += ["trainer.resume=true", f"{folder_key}={value}"]
+        else:
+            read.append(arg)
+    return read
+
+
+def resume_command(folder: Path) -> str:
+    """The command that continues the run or sweep in ``folder``: this process's command line with
+    ``trainer.resume=<folder>`` in place of its ``trainer.resume`` and output folder, quoted for a
+    POSIX shell (a ``torchrun`` or ``srun`` prefix is not seen by the process, so not shown)."""
+    kept = [arg for arg in sys.argv[1:]
+            if arg.partition("=")[0].lstrip("+") not in ("trainer.resume", *RESUME_DIRS)]
+    return shlex.join(["python", shown(Path(sys.argv[0])), *kept, f"trainer.resume={shown(folder)}"])
+
+
+def shown(path: Path) -> str:
+    """``path`` relative to the working folder where it lies below it, else as it is."""
+    relative = os.path.relpath(path) if Path(path).is_absolute() else str(path)
+    return str(path) if relative.startswith("..") else relative

@@ -98,6 +98,11 @@ def take_refused_runs(sweep_dir: Path) -> list[Path]:
     return run_dirs
 
 
+def interrupted_sweep_dir() -> Path | None:
+    """The folder of the sweep this process launched, if it started."""
+    return _sweep_dirs[-1] if _sweep_dirs else None
+
+
 def close_interrupted_sweep() -> None:
     """After Ctrl-C or SIGTERM stopped a sweep: records left ``running`` by workers the launcher
     killed become ``interrupted`` (:func:`topk.run_dir.mark_stopped_runs`), and the sweep's

@@ -218,8 +218,9 @@ def _locked_session(session: RunSession, cfg: DictConfig, hydra_cfg: DictConfig)
     end_record(session.run_dir, record, session.distributed, "completed", None)
     if session.distributed.is_main:
         prune_checkpoints(session.run_dir, cfg.trainer.keep_checkpoints)
-    top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top3", "top5")}
-    log.info("completed: test %s; record in %s", top, session.run_dir / "results.json")
+    if session.distributed.is_main:  # one line for the run, not one per torchrun process
+        top = {k: round(v, 2) for k, v in record["test"].items() if k in ("top1", "top2", "top3", "top5")}
+        log.info("completed: test %s; record in %s", top, session.run_dir / "results.json")
 
 
 def start_processes(session: RunSession, trainer: DictConfig) -> None:
