@@ -129,7 +129,8 @@ REFUSED = [
     (["k=true"], "k must be a whole number of at least 1, got true."),
     (["kk=3"], "kk is not a setting; did you mean k? the top-level settings are experiment, protocol_card, seed, "),
     (["+foo=3"], "foo is not a setting; the top-level settings are experiment, protocol_card, seed, "),
-    (["loss.k=3"], "loss.k is not a setting of loss (torch.nn.CrossEntropyLoss); loss's settings are weight."),
+    (["loss.k=3"], "loss.k is not a setting of loss (torch.nn.CrossEntropyLoss); loss's settings are weight, "
+                  "label_smoothing."),
     (["loss=hnge"], "loss=hnge is not an option of loss; did you mean loss=hinge? choose one of cal_hinge, ce, "),
     (["+experiment=nope"], "experiment=nope is not an option of experiment; choose one of b18_cifar_noise, "),
     (["trainer.device=gpu"], "trainer.device must be one of auto, cpu, cuda, cuda:N, got 'gpu'."),

@@ -1,7 +1,8 @@
 """Checkpoints: the files a run keeps of its training, and what a resume reads back from them.
 
 - ``checkpoints/last.pt`` (:class:`Checkpoints`): what a resume needs (model, optimiser,
-  schedule, gradient scaler, every process's random-number state, :func:`rng_state`,
+  schedule, gradient scaler, the moving average of the weights with ``trainer.ema_decay``,
+  every process's random-number state, :func:`rng_state`,
   :func:`restore_rng`, history, best epochs) and the run's flat ``config``, which
   :mod:`topk.run_dir` compares with a resume's; format :data:`CHECKPOINT_FORMAT`, read only with
   ``weights_only=True`` (:func:`load_checkpoint`).
@@ -204,18 +205,20 @@ class Checkpoints:
     random states of all are gathered); only rank 0 writes."""
 
     def __init__(self, run_dir: Path, model, optimizer, scheduler, precision: MixedPrecision,
-                 distributed: Distributed = SINGLE_PROCESS, config: dict | None = None):
+                 distributed: Distributed = SINGLE_PROCESS, config: dict | None = None, ema=None):
         self.run_dir, directory = Path(run_dir), Path(run_dir) / "checkpoints"
         self.last, self.best = directory / "last.pt", directory / "best.pt"
         self.model, self.optimizer, self.scheduler, self.precision = model, optimizer, scheduler, precision
         self.distributed, self.config = distributed, config
+        self.ema = ema  # the weights' moving average (torch.optim.swa_utils.AveragedModel), or None
         self.saved_epoch = 0  # the epoch last.pt holds
         if distributed.is_main:
             directory.mkdir(parents=True, exist_ok=True)
 
     def restore(self, state: TrainingState) -> TrainingState:
-        """The state ``last.pt`` holds, with model, optimiser, schedule, gradient scaler and
-        random state restored from it; ``state`` (a fresh one) when there is no ``last.pt``."""
+        """The state ``last.pt`` holds, with model, optimiser, schedule, gradient scaler, moving
+        average and random state restored from it; ``state`` (a fresh one) when there is no
+        ``last.pt``."""
         if not self.last.exists():
             log.info("trainer.resume=true but %s does not exist: training from scratch", self.last)
             return state
@@ -224,6 +227,8 @@ class Checkpoints:
         self.optimizer.load_state_dict(checkpoint["optimizer"])
         self.precision.load_state_dict(checkpoint.get("grad_scaler", {}))
         self.scheduler.load_state_dict(checkpoint["scheduler"])
+        if self.ema is not None and checkpoint.get("ema") is not None:
+            self.ema.load_state_dict(checkpoint["ema"])
         restore_rng(checkpoint, self.distributed)
         best_state = selected_weights(self.best, checkpoint)
         best = BestModel(state.best.metric, checkpoint["best_epoch"], checkpoint["best_value"], best_state)
@@ -260,6 +265,7 @@ class Checkpoints:
                 "format": CHECKPOINT_FORMAT, "epoch": state.epoch, "model": unwrap(self.model).state_dict(),
                 "grad_scaler": self.precision.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng["cpu"], "cuda_rng": rng["cuda"],
+                "ema": self.ema.state_dict() if self.ema is not None else None,
                 "rank_rng": rank_rng, "history": state.history, "best_epoch": state.best.epoch,
                 "best_value": state.best.value, "config": self.config,
                 "also_best": {extra.metric: {"epoch": extra.epoch, "value": extra.value} for extra in state.also_best},

@@ -56,7 +56,14 @@ from topk.checkpoints import (  # noqa: F401
 )
 from topk.data.augment import NoMix
 from topk.distributed import SINGLE_PROCESS, Distributed
-from topk.errors import ConfigError, NonFiniteLossError
+from topk.fit_checks import (  # noqa: F401 (the checks of fit, importable from here as before)
+    check_finite_metrics,
+    check_finite_weights,
+    check_fit_settings,
+    check_selection_metric,
+    epoch_loss,
+    metric_names,
+)
 from topk.functional import topk_marginals
 from topk.gradients import NonZeroGradients
 from topk.metrics import AverageKAccumulator, TopKAccumulator, average_k_metrics, clip_ks
@@ -70,6 +77,7 @@ from topk.stopping import (  # noqa: F401
     stop_requested,
     stop_requests,
 )
+from topk.training_steps import OptimizerSteps, early_stop_reason, step_on_metric
 
 
 def model_scores(model, inputs: torch.Tensor):
@@ -101,6 +109,10 @@ class FitSettings:
     config: dict | None = None  # the flat resolved run config, remembered by checkpoints/last.pt
     eval_scores: Mapping[str, Callable] = field(default_factory=dict)  # per split; model_scores elsewhere
     grad_nonzero: bool = False  # history's train/grad_nonzero (topk.gradients.NonZeroGradients)
+    accumulate_grad_batches: int = 1  # batches per optimiser step (topk.training_steps.OptimizerSteps)
+    clip_grad_norm: float | None = None  # the gradients' largest 2-norm at each step; None: no clipping
+    ema_decay: float | None = None  # evaluate and select the weights' moving average; None: the weights
+    early_stopping_patience: int | None = None  # stop after this many evaluations without a better model
 
 
 @dataclass
@@ -116,44 +128,7 @@ class FitResult:
     # trainer.also_select_on's metric -> {"best_epoch": ..., "metrics": split -> metric -> value,
     # "per_class": split -> k -> per-class accuracy}
     also_selected: dict[str, dict] = field(default_factory=dict)
-
-
-# --- configuration checks -------------------------------------------------------------------------
-
-def metric_names(ks: list[int], groups=(), average_k: bool = True) -> list[str]:
-    """The metrics an evaluated split reports; ``avg{k}`` and ``macro_avg{k}`` only with
-    ``average_k``, i.e. when the run evaluates a ``val`` split, whose probabilities set their
-    threshold (:func:`topk.metrics.average_k_metrics`)."""
-    names = ["loss"] + [f"top{k}" for k in ks] + [f"macro_top{k}" for k in ks]
-    if average_k:
-        names += [f"avg{k}" for k in ks] + [f"macro_avg{k}" for k in ks]
-    return names + [f"{group}_top{k}" for group in groups for k in ks]
-
-
-def check_selection_metric(metric: str, splits: list[str], ks: list[int], groups=(),
-                           key: str = "trainer.selection_metric") -> None:
-    """Raise unless ``metric`` (the value of ``key``) is ``last`` or ``<split>/<name>`` of an
-    evaluated split."""
-    if metric == "last":
-        return
-    split, _, name = metric.partition("/")
-    names = metric_names(ks, groups, average_k="val" in splits)
-    valid = ["last"] + [f"{s}/{m}" for s in splits for m in names]
-    if split not in splits or name not in names:
-        needs_val = name not in names and name in metric_names(ks, groups)  # avg{k} without val
-        reason = ", as average-k accuracies need a val split to set their threshold" if needs_val else ""
-        raise ConfigError(
-            f"{key}={metric!r} is not available in this run{reason}; "
-            f"choose one of {', '.join(valid[:8])}{', ...' if len(valid) > 8 else ''}."
-        )
-
-
-def check_fit_settings(settings: FitSettings, splits: list[str], ks: list[int], groups=()) -> None:
-    check_selection_metric(settings.selection_metric, splits, ks, groups)
-    for metric in settings.also_select_on:
-        check_selection_metric(metric, splits, ks, groups, key="trainer.also_select_on")
-    if settings.epochs < 1:
-        raise ConfigError(f"trainer.epochs must be at least 1, got {settings.epochs}.")
+    stopped_early: str | None = None  # why training stopped before settings.epochs (early stopping)
 
 
 # --- one epoch's training, evaluation -------------------------------------------------------------
@@ -162,6 +137,7 @@ def train_one_epoch(
     model, loss_fn, optimizer, batches, mix, accumulator, epoch: int, stop=None,
     precision: MixedPrecision | None = None, distributed: Distributed = SINGLE_PROCESS, scheduler=None,
     meter: BatchMeter | None = None, gradients: NonZeroGradients | None = None,
+    steps: OptimizerSteps | None = None,
 ) -> float:
     """One pass over the training batches; returns the mean training loss.
 
@@ -171,9 +147,11 @@ def train_one_epoch(
     when each batch was seen, before the update (this process's share; the caller sums them).
     ``stop`` (a :class:`topk.stopping.StopRequests`) is asked after the batches whether a signal
     asked the run to stop (:func:`topk.stopping.stop_requested`). ``precision`` autocasts the
-    forward pass (``trainer.amp``); the loss then sees float32 scores. A ``scheduler`` whose class
-    sets ``per_batch`` (:mod:`topk.schedules`) is stepped after every batch; others are left to
-    the epoch's end.
+    forward pass (``trainer.amp``); the loss then sees float32 scores. ``steps``
+    (:class:`topk.training_steps.OptimizerSteps`: gradient accumulation and clipping, the moving
+    average of the weights) makes each backward pass and optimiser step; by default one plain step
+    per batch, after which a ``scheduler`` whose class sets ``per_batch`` (:mod:`topk.schedules`)
+    is stepped; others are left to the epoch's end.
     ``meter`` (:class:`topk.progress.BatchMeter`) shows the batches as they go. ``gradients``
     (:class:`topk.gradients.NonZeroGradients`, ``trainer.grad_nonzero``) counts the non-zero
     coordinates of each batch's gradient with respect to its scores.
@@ -191,17 +169,17 @@ def train_one_epoch(
     model.train()
     loss_sum = torch.zeros((), dtype=torch.float64, device=next(unwrap(model).parameters()).device)
     sample_count = 0
-    step_schedule = scheduler.step if getattr(scheduler, "per_batch", False) else None
+    steps = steps or OptimizerSteps(model, optimizer, precision, scheduler)
+    count = len(batches) if steps.accumulate > 1 else None
     for batch_index, (inputs, labels) in enumerate(batches):
         inputs, target = mix(inputs, labels)
-        scores = forward(inputs)
-        if gradients is not None:
-            gradients.watch(scores)
-        loss = loss_fn(scores, target)
-        optimizer.zero_grad(set_to_none=True)
-        precision.backward_and_step(loss, optimizer)
-        if step_schedule is not None:
-            step_schedule()
+        with steps.synchronised(batch_index, count):  # DDP's no_sync within an accumulation window
+            scores = forward(inputs)
+            if gradients is not None:
+                gradients.watch(scores)
+            loss = loss_fn(scores, target)
+            steps.backward(loss, batch_index, count)
+        steps.step_if_due(batch_index, count)
         loss_sum.add_(loss.detach(), alpha=labels.shape[0])  # in float64, on the device
         sample_count += labels.shape[0]
         if meter is not None:
@@ -211,21 +189,6 @@ def train_one_epoch(
         if stop_requested(stop, batch_index, distributed, loss_sum.device):
             raise KeyboardInterrupt
     return epoch_loss(loss_sum, sample_count, epoch, distributed)
-
-
-def epoch_loss(loss_sum: torch.Tensor, sample_count: int, epoch: int, distributed: Distributed) -> float:
-    """The epoch's mean training loss from this process's sum of ``loss · batch size`` on the
-    device (summed over processes, so that all of them take the same decision); raises
-    :class:`NonFiniteLossError` if it is NaN or infinite. The one read of the loss per epoch."""
-    totals = torch.stack([loss_sum, loss_sum.new_tensor(float(sample_count))])
-    total, count = distributed.sum_(totals).tolist()
-    mean = total / max(count, 1)
-    if not math.isfinite(mean):
-        raise NonFiniteLossError(
-            f"the training loss became {mean} at epoch {epoch}; lower optim.lr (the data and the "
-            "config were checked finite before training: the model diverged)."
-        )
-    return mean
 
 
 def multi_crop_scores(model, inputs: torch.Tensor, marginal_k: int):
@@ -322,27 +285,6 @@ def train_accuracy_columns(accumulator: TopKAccumulator, ks, distributed: Distri
     return {f"train/top{k}": accuracies[f"top{k}"] for k in ks}
 
 
-def check_finite_weights(model: torch.nn.Module, epoch: int) -> None:
-    """Raise :class:`NonFiniteLossError` if any weight is NaN or infinite (one read per epoch: a
-    training loss can stay finite while an update sends the weights to infinity)."""
-    finite = torch.stack([parameter.detach().isfinite().all() for parameter in model.parameters()])
-    if not bool(finite.all()):
-        raise NonFiniteLossError(
-            f"the model's weights became NaN or infinite in epoch {epoch}; lower optim.lr (the "
-            "data and the config were checked finite before training: the model diverged)."
-        )
-
-
-def check_finite_metrics(metrics: Mapping[str, Mapping[str, float]]) -> None:
-    """Raise :class:`NonFiniteLossError` if the selected model's loss on a split is not finite."""
-    for split, values in metrics.items():
-        if not math.isfinite(values["loss"]):
-            raise NonFiniteLossError(
-                f"the selected model's {split} loss is {values['loss']}; lower optim.lr (the data "
-                "and the config were checked finite before training: the model diverged)."
-            )
-
-
 def extra_metrics(settings: FitSettings) -> list[str]:
     """``settings.also_select_on`` without repeats and without the selection metric itself
     (whose model is ``best.pt`` already)."""
@@ -370,6 +312,26 @@ def open_tensorboard(run_dir: Path, settings: FitSettings, distributed: Distribu
 
 # --- fit ------------------------------------------------------------------------------------------
 
+@dataclass
+class FitRun:
+    """What :func:`fit` sets up before its first epoch (:func:`start_fit`) and each epoch uses."""
+
+    settings: FitSettings
+    ks: list[int]
+    num_classes: int
+    device: torch.device
+    precision: MixedPrecision
+    steps: OptimizerSteps  # backward passes and optimiser steps (accumulation, clipping, EMA)
+    evaluated: torch.nn.Module  # the model evaluation sees and selection keeps (the EMA, if any)
+    evaluate_all: Callable  # evaluate_splits of the evaluated model on every split
+    checkpoints: Checkpoints
+    state: TrainingState
+    progress: Progress
+    tensorboard: TensorBoardScalars | None
+    gradients: NonZeroGradients | None
+    distributed: Distributed
+
+
 def fit(
     model: torch.nn.Module, loss_fn: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler,
     train_batches, eval_batches: Mapping[str, object], num_classes: int, run_dir: Path,
@@ -383,73 +345,113 @@ def fit(
     none) is the batch -> target step of each training batch. ``on_epoch_end`` is called with
     ``(epoch, history_row)`` after each epoch's record is written. With several processes
     (``distributed``), ``model`` is the DistributedDataParallel wrapper and the batches are this
-    process's shares; ``run_dir`` is the same directory in every process.
+    process's shares; ``run_dir`` is the same directory in every process. A schedule that follows
+    a metric (``schedule=plateau``) is stepped after each evaluation, others per optimiser step
+    or per epoch; ``settings.early_stopping_patience`` ends the epochs early (:func:`epoch_done`).
     """
-    ks, groups = clip_ks(settings.ks, num_classes), settings.class_groups or {}
+    run = start_fit(model, loss_fn, optimizer, scheduler, eval_batches, num_classes, run_dir, settings,
+                    distributed)
     mix = NoMix() if mix is None else mix
-    check_fit_settings(settings, list(eval_batches), ks, list(groups))
+    stopped_early = None
+    try:
+        with stop_requests.deferred() as stop:
+            for epoch in run.progress:
+                started, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
+                evaluate_now = epoch % max(1, settings.eval_every) == 0 or epoch == settings.epochs
+                row = {"epoch": epoch, "lr": lr}
+                row.update(train_epoch(run, model, loss_fn, train_batches, mix, scheduler, epoch, stop,
+                                       evaluate_now))
+                if evaluate_now:
+                    row.update(metric_columns(run.evaluate_all()))
+                    step_on_metric(scheduler, row)  # schedule=plateau
+                row["seconds"] = time.perf_counter() - started
+                stopped_early = epoch_done(run, row, on_epoch_end)
+                if stopped_early is not None:
+                    break
+                if distributed.any(stop.requested, run.device):  # between epochs: this one is kept
+                    run.checkpoints.save(run.state, run.tensorboard)
+                    raise KeyboardInterrupt
+        return final_result(model, run.state, run.checkpoints, run.evaluate_all, run.evaluated, stopped_early)
+    except KeyboardInterrupt:  # inside an epoch the model is half-updated: last.pt stays the resume point
+        raise RunInterrupted(run.checkpoints.saved_epoch) from None
+    finally:
+        run.progress.close()
+        if run.tensorboard is not None:
+            run.tensorboard.close()
+
+
+def start_fit(model, loss_fn, optimizer, scheduler, eval_batches: Mapping[str, object], num_classes: int,
+              run_dir: Path, settings: FitSettings, distributed: Distributed) -> FitRun:
+    """The settings checked (:func:`check_fit_settings`), the optimiser steps, evaluation,
+    checkpoints and training state (restored on resume), TensorBoard and progress of a fit."""
+    ks, groups = clip_ks(settings.ks, num_classes), settings.class_groups or {}
+    check_fit_settings(settings, list(eval_batches), ks, list(groups), getattr(scheduler, "metric", None))
     device = next(unwrap(model).parameters()).device
     precision = MixedPrecision(settings.amp, device)
-    # Evaluation runs in each process on its own share, outside DDP (whose forward pass may
-    # synchronise buffers across processes that evaluate different numbers of batches).
-    eval_model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    evaluate_all = partial(evaluate_splits, eval_model, loss_fn, eval_batches, ks, num_classes, groups,
+    steps = OptimizerSteps(model, optimizer, precision, scheduler, settings.accumulate_grad_batches,
+                           settings.clip_grad_norm, settings.ema_decay)
+    evaluated = steps.evaluated_model()
+    evaluate_all = partial(evaluate_splits, evaluated, loss_fn, eval_batches, ks, num_classes, groups,
                            precision, distributed, settings.eval_scores)
-    checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config)
+    checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config,
+                              ema=steps.ema)
     state = TrainingState(BestModel(settings.selection_metric),
                           also_best=[BestModel(metric) for metric in extra_metrics(settings)])
     state = checkpoints.restore(state) if settings.resume else state
     check_resume_epochs(run_dir, state.epoch, settings.epochs)
-    tensorboard = open_tensorboard(run_dir, settings, distributed, state.epoch)
-    progress = run_progress(settings, state.epoch, distributed)
-    gradients = NonZeroGradients(device) if settings.grad_nonzero else None
-    try:
-        with stop_requests.deferred() as stop:
-            for epoch in progress:
-                started, lr = time.perf_counter(), optimizer.param_groups[0]["lr"]
-                evaluate_now = epoch % max(1, settings.eval_every) == 0 or epoch == settings.epochs
-                train_batches.set_epoch(epoch)
-                train_counts = TopKAccumulator(ks, num_classes, device) if evaluate_now else None
-                meter = progress.batches(epoch, len(train_batches))
-                train_loss = train_one_epoch(model, loss_fn, optimizer, train_batches, mix, train_counts,
-                                             epoch, stop, precision, distributed, scheduler, meter,
-                                             gradients)
-                progress.close_batches()
-                if not getattr(scheduler, "per_batch", False):
-                    scheduler.step()
-                check_finite_weights(model, epoch)
-                distributed.sync_buffers(eval_model)
-                row = {"epoch": epoch, "lr": lr, "train/loss": train_loss}
-                if gradients is not None:
-                    row.update(gradients.columns(distributed))
-                if evaluate_now:
-                    row.update(train_accuracy_columns(train_counts, ks, distributed))
-                    row.update(metric_columns(evaluate_all()))
-                row["seconds"] = time.perf_counter() - started
-                state.add_epoch(row, model)
-                progress.epoch_done(row, state.best.epoch, state.best.value)
-                if tensorboard is not None:
-                    tensorboard.write(row)
-                if epoch % max(1, settings.checkpoint_every) == 0 or epoch == settings.epochs:
-                    checkpoints.save(state, tensorboard)
-                if on_epoch_end is not None:
-                    on_epoch_end(epoch, row)
-                if distributed.any(stop.requested, device):  # between epochs: this one is kept
-                    checkpoints.save(state, tensorboard)
-                    raise KeyboardInterrupt
-        return final_result(model, state, checkpoints, evaluate_all)
-    except KeyboardInterrupt:  # inside an epoch the model is half-updated: last.pt stays the resume point
-        raise RunInterrupted(checkpoints.saved_epoch) from None
-    finally:
-        progress.close()
-        if tensorboard is not None:
-            tensorboard.close()
+    return FitRun(settings, ks, num_classes, device, precision, steps, evaluated, evaluate_all, checkpoints,
+                  state, run_progress(settings, state.epoch, distributed),
+                  open_tensorboard(run_dir, settings, distributed, state.epoch),
+                  NonZeroGradients(device) if settings.grad_nonzero else None, distributed)
+
+
+def train_epoch(run: FitRun, model, loss_fn, train_batches, mix, scheduler, epoch: int, stop,
+                evaluate_now: bool) -> dict[str, float]:
+    """One epoch's training (:func:`train_one_epoch`), then the schedule stepped per epoch (one
+    stepped per optimiser step or per evaluation aside), the weights checked finite and the
+    evaluated model's buffers made rank 0's; returns the history's ``train/*`` columns (the
+    training accuracies where the epoch is evaluated)."""
+    train_batches.set_epoch(epoch)
+    train_counts = TopKAccumulator(run.ks, run.num_classes, run.device) if evaluate_now else None
+    meter = run.progress.batches(epoch, len(train_batches))
+    columns = {"train/loss": train_one_epoch(
+        model, loss_fn, run.steps.optimizer, train_batches, mix, train_counts, epoch, stop, run.precision,
+        run.distributed, scheduler, meter, run.gradients, run.steps)}
+    run.progress.close_batches()
+    if not getattr(scheduler, "per_batch", False) and getattr(scheduler, "metric", None) is None:
+        scheduler.step()
+    check_finite_weights(model, epoch)
+    distributed = run.distributed
+    for evaluated in dict.fromkeys([run.steps.evaluated_model(), unwrap(model)]):
+        distributed.sync_buffers(evaluated)
+    if run.gradients is not None:
+        columns.update(run.gradients.columns(distributed))
+    if evaluate_now:
+        columns.update(train_accuracy_columns(train_counts, run.ks, distributed))
+    return columns
+
+
+def epoch_done(run: FitRun, row: dict, on_epoch_end: Callable[[int, dict], None] | None) -> str | None:
+    """The epoch's history ``row`` kept (best models considered), shown, written to TensorBoard and,
+    when due, to the checkpoints, then given to ``on_epoch_end``; returns why training stops early
+    (:func:`topk.training_steps.early_stop_reason`), else ``None``."""
+    settings, state, epoch = run.settings, run.state, row["epoch"]
+    state.add_epoch(row, run.evaluated)
+    run.progress.epoch_done(row, state.best.epoch, state.best.value)
+    if run.tensorboard is not None:
+        run.tensorboard.write(row)
+    stopped_early = early_stop_reason(state, settings.early_stopping_patience)
+    if epoch % max(1, settings.checkpoint_every) == 0 or epoch == settings.epochs or stopped_early:
+        run.checkpoints.save(state, run.tensorboard)
+    if on_epoch_end is not None:
+        on_epoch_end(epoch, row)
+    return stopped_early
 
 
 def evaluate_selected(model, best: BestModel, save: Callable[[BestModel], None], evaluate_all) -> dict:
-    """``save`` ``best``, load it into ``model`` and evaluate it on every split (``evaluate_all``:
-    :func:`evaluate_splits` with its arguments); returns :func:`evaluate_splits`'s result, whose
-    losses must be finite (:func:`check_finite_metrics`)."""
+    """``save`` ``best``, load it into ``model`` (the model ``evaluate_all`` evaluates) and evaluate
+    it on every split (``evaluate_all``: :func:`evaluate_splits` with its arguments); returns
+    :func:`evaluate_splits`'s result, whose losses must be finite (:func:`check_finite_metrics`)."""
     save(best)
     unwrap(model).load_state_dict(best.state)
     evaluations = evaluate_all()
@@ -457,25 +459,31 @@ def evaluate_selected(model, best: BestModel, save: Callable[[BestModel], None],
     return evaluations
 
 
-def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate_all) -> FitResult:
+def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate_all, evaluated=None,
+                 stopped_early: str | None = None) -> FitResult:
     """Select the models: the best by the selection metric and by each ``trainer.also_select_on``
     metric (the last one for ``last`` or when no epoch was evaluated); evaluate each extra one
     (written to its own file), then the selected one (written to ``best.pt``), which stays loaded
-    in ``model``. S20 §V-A: "We evaluated the test accuracies of models both for early-stopping
-    by top-1 validation accuracy and by top-5 validation accuracy": one run, a model for each."""
+    in ``model``. ``evaluated`` is the model ``evaluate_all`` evaluates and selection keeps (the
+    moving average of the weights with ``trainer.ema_decay``; ``model`` by default). S20 §V-A: "We
+    evaluated the test accuracies of models both for early-stopping by top-1 validation accuracy
+    and by top-5 validation accuracy": one run, a model for each."""
+    evaluated = model if evaluated is None else evaluated
     for best in (state.best, *state.also_best):
         if best.metric == "last" or best.state is None:
-            best.epoch, best.state = state.epoch, copy.deepcopy(unwrap(model).state_dict())
+            best.epoch, best.state = state.epoch, copy.deepcopy(unwrap(evaluated).state_dict())
     also_selected = {}
     for extra in state.also_best:
-        evaluations = evaluate_selected(model, extra, partial(checkpoints.save_best, metric=extra.metric),
+        evaluations = evaluate_selected(evaluated, extra, partial(checkpoints.save_best, metric=extra.metric),
                                         evaluate_all)
         also_selected[extra.metric] = {
             "best_epoch": extra.epoch,
             "metrics": {split: split_metrics for split, (split_metrics, _) in evaluations.items()},
             "per_class": {split: counts.per_class() for split, (_, counts) in evaluations.items()}}
     best = state.best
-    evaluations = evaluate_selected(model, best, checkpoints.save_best, evaluate_all)
+    evaluations = evaluate_selected(evaluated, best, checkpoints.save_best, evaluate_all)
+    if unwrap(evaluated) is not unwrap(model):
+        unwrap(model).load_state_dict(best.state)
     metrics = {split: split_metrics for split, (split_metrics, _) in evaluations.items()}
     seconds = [row["seconds"] for row in state.history if math.isfinite(row["seconds"])]
     return FitResult(
@@ -488,4 +496,5 @@ def final_result(model, state: TrainingState, checkpoints: Checkpoints, evaluate
         epoch_seconds=statistics.median(seconds) if seconds else None,
         history=state.history,
         also_selected=also_selected,
+        stopped_early=stopped_early,
     )

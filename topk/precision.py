@@ -54,11 +54,26 @@ class MixedPrecision:
         return autocast_forward
 
     def backward_and_step(self, loss: torch.Tensor, optimizer: torch.optim.Optimizer) -> None:
+        self.backward(loss)
+        self.step(optimizer)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, of the loss scaled by the fp16 gradient scaler."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def step(self, optimizer: torch.optim.Optimizer, before_step: Callable[[], None] | None = None) -> None:
+        """``optimizer.step()``; ``before_step`` (gradient clipping) sees the true gradients: with
+        fp16 the scaler unscales them first, as torch's AMP recipe for clipping says
+        (https://pytorch.org/docs/stable/notes/amp_examples.html#gradient-clipping), and its
+        ``step`` skips an update whose gradients overflowed."""
         if self.scaler is None:
-            loss.backward()
+            if before_step is not None:
+                before_step()
             optimizer.step()
             return
-        self.scaler.scale(loss).backward()
+        if before_step is not None:
+            self.scaler.unscale_(optimizer)
+            before_step()
         self.scaler.step(optimizer)
         self.scaler.update()
 

@@ -233,6 +233,8 @@ def add_fit_result(record: dict, result, class_counts: list[int], class_groups: 
     )
     if class_groups:
         record["class_groups"] = class_groups
+    if result.stopped_early is not None:  # trainer.early_stopping_patience ended the epochs early
+        record["stopped_early"] = result.stopped_early
 
 
 def write_results(run_dir: Path, record: Mapping, name: str = "results.json") -> Path:

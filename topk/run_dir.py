@@ -112,6 +112,22 @@ def unwritable_reason(directory: Path) -> str | None:
 RENAMED_KEYS = {"loss.class_weights": "loss.weight"}
 # Keys added since: a config remembered without one had the value it now defaults to.
 ADDED_KEYS = {"trainer.also_select_on": []}
+ADDED_KEYS |= {"trainer.accumulate_grad_batches": 1, "trainer.clip_grad_norm": None,  # topk/training_steps.py's
+               "trainer.ema_decay": None, "trainer.early_stopping_patience": None}
+# Keys added since to one option of a group: the option's ``_target_`` -> its keys' defaults, which a
+# config of that option remembered without them had (the other options of the group have no such key).
+ADDED_OPTION_KEYS = {"torch.nn.CrossEntropyLoss": {"loss.label_smoothing": 0.0},
+                     "topk.schedules.WarmupCosineLR": {"schedule.accumulate_grad_batches": 1}}
+
+
+def added_defaults(params: Mapping) -> dict:
+    """The keys added since (:data:`ADDED_KEYS`, and :data:`ADDED_OPTION_KEYS` of the options the
+    flat config ``params`` chose) with the values a config that lacks them had."""
+    defaults = dict(ADDED_KEYS)
+    for target, keys in ADDED_OPTION_KEYS.items():
+        defaults.update({key: value for key, value in keys.items()
+                         if params.get(f"{key.rpartition('.')[0]}._target_") == target})
+    return defaults
 
 
 def differing_keys(remembered: Mapping, params: Mapping) -> list[str]:
@@ -119,9 +135,9 @@ def differing_keys(remembered: Mapping, params: Mapping) -> list[str]:
     recorded under a key's old name, :data:`RENAMED_KEYS`, is compared under the new one; a key
     one side lacks that was added since, :data:`ADDED_KEYS`, has its default there)."""
     remembered = {RENAMED_KEYS.get(key, key): value for key, value in remembered.items()}
+    remembered, params = {**added_defaults(remembered), **remembered}, {**added_defaults(params), **params}
     keys = sorted((set(remembered) | set(params)) - HARMLESS_KEYS)
-    return [key for key in keys if remembered.get(key, ADDED_KEYS.get(key, _MISSING))
-            != params.get(key, ADDED_KEYS.get(key, _MISSING))]
+    return [key for key in keys if remembered.get(key, _MISSING) != params.get(key, _MISSING)]
 
 
 def record_status(run_dir: Path) -> str | None:

@@ -29,7 +29,7 @@ from topk.errors import ConfigError
 from topk.metrics import metric_at_k
 from topk.records import STATUSES, flatten
 from topk.report.protocol import PROTOCOL_FREE_KEYS, Fidelity, assess, normalise
-from topk.run_dir import ADDED_KEYS, RENAMED_KEYS, override_key
+from topk.run_dir import RENAMED_KEYS, added_defaults, override_key
 
 UNFINISHED = STATUSES[1:]
 BASE_COLUMNS = ("status", "experiment", "loss", "model", "augment", "seed", "selection_metric",
@@ -177,14 +177,14 @@ def read_record(path: Path) -> dict:
 
 def job_identity(row: dict) -> tuple | None:
     """The job a run record answers: its params (the flat resolved config, keys renamed or added
-    since read as today's, :data:`topk.run_dir.RENAMED_KEYS`, :data:`topk.run_dir.ADDED_KEYS`)
+    since read as today's, :data:`topk.run_dir.RENAMED_KEYS`, :func:`topk.run_dir.added_defaults`)
     but the keys that change only speed, place or verbosity (:data:`PROTOCOL_FREE_KEYS`), and
     its experiment, data set, model, augmentation, loss and seed; two records with one identity
     trained the same thing. ``None`` for a record without params: its job cannot be told."""
     params = {RENAMED_KEYS.get(key, key): value for key, value in (row.get("_params") or {}).items()}
     if not params:
         return None
-    params = {**ADDED_KEYS, **params}
+    params = {**added_defaults(params), **params}
     config = tuple(sorted((key, normalise(value)) for key, value in params.items()
                           if key not in PROTOCOL_FREE_KEYS))
     return (*(normalise(row.get(name)) for name in IDENTITY_FIELDS), config)

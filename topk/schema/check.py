@@ -50,6 +50,24 @@ def config_problem(cfg: DictConfig) -> str | None:
             problem = _value_problem(cfg, key, key, fields[key])
         if problem is not None:
             return problem
+    return combination_problem(cfg)
+
+
+EARLY_STOPPING_NEEDS_A_METRIC = (
+    "trainer.early_stopping_patience={} stops when the selection metric stops improving, and "
+    "trainer.selection_metric is last; choose a validation metric (trainer.selection_metric=val/top1) "
+    "or trainer.early_stopping_patience=null.")
+
+
+def combination_problem(cfg: DictConfig) -> str | None:
+    """One sentence for values that are valid alone but not together (early stopping without a
+    selection metric to follow), or ``None``."""
+    trainer = cfg.get("trainer")
+    if not isinstance(trainer, DictConfig):
+        return None
+    patience = trainer.get("early_stopping_patience")
+    if patience is not None and trainer.get("selection_metric") == "last":
+        return EARLY_STOPPING_NEEDS_A_METRIC.format(patience)
     return None
 
 

@@ -77,6 +77,10 @@ class TrainerSchema:
     progress_every: int = whole(1)
     tensorboard: bool = flag()
     grad_nonzero: bool = flag()
+    accumulate_grad_batches: int = whole(1)
+    clip_grad_norm: float | None = number(above=0, null="no clipping")
+    ema_decay: float | None = number(above=0, below=1, null="no moving average: the weights themselves")
+    early_stopping_patience: int | None = whole(1, null="no early stopping")
     num_threads: int | None = whole(1, null="torch's default")
     amp: str = choice("off", "bf16", "fp16")
     channels_last: bool = flag()
@@ -134,6 +138,11 @@ class LossSchema:
     _target_: str = target()
     weight: Any = anything(
         "null, balanced or a list of one finite weight of at least 0 per class, not all 0", valid_class_weights)
+
+
+@dataclass
+class CrossEntropySchema(LossSchema):
+    label_smoothing: float = number(0, maximum=1)
 
 
 @dataclass
@@ -415,6 +424,20 @@ class WarmupCosineSchema:
     epochs: int = whole(1)
     warmup_epochs: float = number(0)
     min_lr_ratio: float = number(0, maximum=1)
+    accumulate_grad_batches: int = whole(1)
+
+
+@dataclass
+class PlateauSchema:
+    _target_: str = target()
+    _partial_: bool = flag()
+    metric: str = matching(r"val/\w+", "a validation metric val/<metric> (e.g. val/top1 or val/loss; "
+                                       "it is trainer.selection_metric unless set)")
+    factor: float = number(above=0, below=1)
+    patience: int = whole(0)
+    threshold: float = number(0)
+    cooldown: int = whole(0)
+    min_lr: float = number(0)
 
 
 # ---- logger (topk/trackers.py) --------------------------------------------------------------------
@@ -441,6 +464,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
     "trainer": {"trainer": TrainerSchema},
     "loss": {
         "loss": LossSchema,
+        "cross_entropy": CrossEntropySchema,
         "topk_loss": TopKLossSchema,
         "topk_hinge": TopKHingeSchema,
         "smooth_svm": SmoothTopKSVMSchema,
@@ -473,6 +497,6 @@ SCHEMAS: dict[str, dict[str, type]] = {
     },
     "augment": {"augment": AugmentSchema},
     "optim": {"optimizer": OptimizerSchema, "sgd": SGDSchema},
-    "schedule": {"multistep": MultiStepSchema, "cosine": WarmupCosineSchema},
+    "schedule": {"multistep": MultiStepSchema, "cosine": WarmupCosineSchema, "plateau": PlateauSchema},
     "logger": {"mlflow": MLflowSchema, "wandb": WandbSchema},
 }

@@ -33,7 +33,8 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException, ValidationError
 
 from topk.errors import ConfigError
-from topk.run_dir import ADDED_KEYS, RENAMED_KEYS
+from topk.records import flatten
+from topk.run_dir import RENAMED_KEYS, added_defaults
 from topk.schema.check import composition_problem, config_problem
 from topk.schema.groups import AugmentSchema, TrainerSchema
 from topk.schema.targets import (
@@ -101,7 +102,7 @@ def upgrade(plain: dict) -> None:
         new_parent, new_key = _parent(plain, new)
         if parent is not None and key in parent and new_parent is not None and new_key not in new_parent:
             new_parent[new_key] = parent.pop(key)
-    for added, default in ADDED_KEYS.items():
+    for added, default in added_defaults(flatten(plain)).items():
         parent, key = _parent(plain, added)
         if parent is not None and key not in parent:
             parent[key] = default
