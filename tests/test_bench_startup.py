@@ -8,8 +8,10 @@ from topk.bench import startup as bench_startup
 def test_commands_take_turns_and_each_run_has_its_own_directory(tmp_path):
     ran = []
     seconds = bench_startup.time_commands(bench_startup.commands(tmp_path), 2, run=ran.append)
-    assert [argv[-1] for argv in ran[:4]] == ["import torch", "import topk", "--help", f"hydra.run.dir={tmp_path / 'run0'}"]
-    assert ran[7][-1] == f"hydra.run.dir={tmp_path / 'run1'}"
+    assert [argv[-1] for argv in ran[:5]] == ["import torch", bench_startup.commands(tmp_path)[bench_startup.FLOOR](0)[-1],
+                                              "import topk", "--help", f"hydra.run.dir={tmp_path / 'run0'}"]
+    assert "torch.optim.SGD" in ran[1][-1]
+    assert ran[9][-1] == f"hydra.run.dir={tmp_path / 'run1'}"
     assert all(len(times) == 2 for times in seconds.values())
 
 
@@ -17,9 +19,17 @@ def test_rows_give_each_command_its_ratio_to_import_torch_and_say_whether_it_mee
     seconds = {"import torch": [2.0, 1.0, 3.0], "import topk": [2.1, 2.0, 2.4], "train.py --help": [3.2, 3.0, 3.1],
                "1-epoch default run": [4.0, 3.9, 4.1]}
     rows = {row["command"]: row for row in bench_startup.startup_rows(seconds)}
+    assert rows["1-epoch default run"]["ratio_to_floor"] is None  # no floor timed
     assert rows["import torch"]["ratio"] == 1.0 and rows["import torch"]["met"] is None
     assert (rows["import topk"]["ratio"], rows["import topk"]["met"]) == (1.05, True)
     assert (rows["train.py --help"]["ratio"], rows["train.py --help"]["met"]) == (1.55, False)
     assert (rows["1-epoch default run"]["ratio"], rows["1-epoch default run"]["met"]) == (2.0, True)
     table = bench_startup.markdown(list(rows.values()), 3)
-    assert "| train.py --help | 3.10 | 1.55 | ≤ 1.5× | no |" in table
+    assert "| train.py --help | 3.10 | 1.55 |  | ≤ 1.5× | no |" in table
+
+
+def test_the_floor_row_gives_each_command_its_ratio_to_torch_with_an_optimiser():
+    seconds = {"import torch": [2.0], bench_startup.FLOOR: [3.0], "1-epoch default run": [4.5]}
+    rows = {row["command"]: row for row in bench_startup.startup_rows(seconds)}
+    assert rows["1-epoch default run"]["ratio_to_floor"] == 1.5 and rows["1-epoch default run"]["ratio"] == 2.25
+    assert "| 1-epoch default run | 4.50 | 2.25 | 1.50 | ≤ 2.0× | no |" in bench_startup.markdown(list(rows.values()), 1)
