@@ -37,4 +37,5 @@ napoleon_google_docstring = False
 
 html_theme = "furo"
 html_title = f"topk {release}"
-html_static_path: list[str] = []
+html_static_path = ["_static"]
+html_css_files = ["math.css"]  # wide equations scroll in their own box (docs/_static/math.css)

@@ -70,3 +70,67 @@ def test_the_migration_table_names_the_published_arguments_that_changed():
                     "`inverse_temperature` → `steepness`", "`diffsort_method` → `sorter`"):
         assert renamed in text
     assert "scale=60.0" in text and "scale=50" in text
+
+
+def public_losses():
+    return [cls for cls in public_classes() if issubclass(cls, topk.losses.base.Loss)]
+
+
+def numpy_section(doc: str, title: str) -> str:
+    """The text of one numpy-style section (``title`` over a dashed line) of ``doc``, or ''."""
+    lines = doc.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == title and set(lines[i + 1].strip()) == {"-"}:
+            rest = lines[i + 2:]
+            ends = [j for j in range(len(rest) - 1) if rest[j].strip() and set(rest[j + 1].strip()) == {"-"}]
+            return "\n".join(rest[:ends[0]] if ends else rest)
+    return ""
+
+
+def documented_parameters(doc: str) -> dict[str, str]:
+    """Each entry of the Parameters section (``name : type`` at the section's indent) and its text."""
+    entries: dict[str, str] = {}
+    name = None
+    for line in numpy_section(doc, "Parameters").splitlines():
+        if line and not line[0].isspace() and " : " in line:
+            name = line.split(" : ")[0].strip()
+            entries[name] = line
+        elif name:
+            entries[name] += "\n" + line
+    return entries
+
+
+def test_the_loss_list_is_every_public_loss():
+    names = {cls.__name__ for cls in public_losses()}
+    assert {"TopKHingeLoss", "TopKEntropyLoss", "SmoothTopKSVM", "TopKTransitionLoss"} <= names
+    assert len(names) == 14  # the 13 losses of topk.__all__ and their base TopKLoss
+
+
+@pytest.mark.parametrize("cls", public_losses(), ids=lambda cls: cls.__name__)
+def test_every_loss_documents_each_parameter_weight_and_reduction(cls):
+    """numpydoc's Parameters section (rendered by napoleon on the loss pages) lists every argument
+    of the constructor, ``weight`` and ``reduction`` with what each reduction returns; the Notes
+    promise no fixed reduction."""
+    doc = inspect.getdoc(cls)
+    entries = documented_parameters(doc)
+    arguments = [name for name in inspect.signature(cls.__init__).parameters if name != "self"]
+    assert {"weight", "reduction"} <= set(arguments), cls.__name__
+    missing = [name for name in arguments if name not in entries]
+    assert not missing, f"{cls.__name__}'s docstring does not document {', '.join(missing)}"
+    assert "class" in entries["weight"] and "None" in entries["weight"], entries["weight"]
+    for value in ("mean", "sum", "none"):
+        assert f'"{value}"' in entries["reduction"].split("\n", 1)[1], (cls.__name__, value)
+    assert "batch mean" not in numpy_section(doc, "Notes"), f"{cls.__name__}'s Notes name one reduction"
+
+
+def test_the_parameter_check_fails_on_a_loss_without_them():
+    class Undocumented(topk.TopKHingeLoss):
+        __doc__ = topk.TopKHingeLoss.__doc__.replace("\n    reduction : ", "\n    how : ")
+
+    with pytest.raises(AssertionError, match="does not document reduction"):
+        test_every_loss_documents_each_parameter_weight_and_reduction(Undocumented)
+    notes = "Notes\n    -----\n"
+    Undocumented.__doc__ = topk.TopKHingeLoss.__doc__.replace(notes, notes + "    Returns the batch mean.\n")
+    with pytest.raises(AssertionError, match="Notes name one reduction"):
+        test_every_loss_documents_each_parameter_weight_and_reduction(Undocumented)
+    assert set(documented_parameters(inspect.getdoc(topk.FocalLoss))) == {"gamma", "weight", "reduction"}

@@ -74,6 +74,20 @@ class TopKLoss(Loss):
     it at every call. The constructors' refusals are ``ValueError`` sentences naming the
     argument (:mod:`topk.functional.arguments`).
 
+    Parameters
+    ----------
+    k : int
+        ``k``, the number of guesses, ``1 ≤ k < n``.
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
+
     Examples
     --------
     >>> import torch

@@ -39,8 +39,8 @@ class TruncatedTopKEntropyLoss(TopKLoss):
     r"""Truncated top-k entropy loss (Lapin et al. 2016; ``trunc_topk_entropy``).
 
     .. math::
-        L_k(s, y) = \log\Big(1 + \sum_{j \in J_y} e^{s_j - s_y}\Big),
-        \qquad J_y = \{1, …, n\} \setminus (\{y\} ∪ \text{the } k - 1 \text{ largest } s_j,\ j ≠ y)
+        L_k(s, y) &= \log\Big(1 + \sum_{j \in J_y} e^{s_j - s_y}\Big), \\
+        J_y &= \{1, …, n\} \setminus (\{y\} ∪ \text{the } k - 1 \text{ largest } s_j,\ j ≠ y)
 
     Dropping the ``k - 1`` strongest rivals makes the loss small as soon as ``y`` is among the top
     ``k`` scores: a top-k version of the softmax loss. For ``k > 1`` it is not convex (raising a
@@ -51,11 +51,21 @@ class TruncatedTopKEntropyLoss(TopKLoss):
     ----------
     k : int
         Size of the predicted set, ``1 ≤ k < n``.
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
-    is ``Σ_i t_i L_k(s, i)``; returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the
+    loss is ``Σ_i t_i L_k(s, i)``; the per-sample losses are weighted and reduced as ``weight``
+    and ``reduction`` say.
 
     Examples
     --------
@@ -158,8 +168,22 @@ class TopKEntropyLoss(TopKLoss):
     conjugate construction over the top-k simplex instead of the simplex. Convex and smooth,
     computed exactly by :func:`topk_entropy`. Its gradient in the rival scores is the maximiser
     ``x``, in which no rival takes more than ``1/k`` of the total ``⟨1, x⟩``. As
-    ``Δ_k ⊂ Δ_{k-1}``, ``L_k ≤ L_{k-1} ≤ … ≤ L_1``, and ``k = 1`` is cross-entropy. ``k`` and
-    the targets are as for :class:`TruncatedTopKEntropyLoss`.
+    ``Δ_k ⊂ Δ_{k-1}``, ``L_k ≤ L_{k-1} ≤ … ≤ L_1``, and ``k = 1`` is cross-entropy. As for
+    :class:`TruncatedTopKEntropyLoss`, the targets are labels or probability matrices.
+
+    Parameters
+    ----------
+    k : int
+        Size of the predicted set, ``1 ≤ k < n``.
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Examples
     --------

@@ -48,7 +48,7 @@ def calibrated_topk_hinge(scores: torch.Tensor, labels: torch.Tensor, k: int, al
 
 
 class _HingeLoss(TopKLoss):
-    """Holds ``k`` and the margin ``α``; the batch mean of :meth:`per_label_loss` over the target.
+    """Holds ``k`` and the margin ``α``; :meth:`per_label_loss` over the target, reduced.
 
     Soft targets ``t`` (Mixup) give ``Σ_i t_i ℓ(s, i)``: these losses are defined on hard labels
     only (S20 §V-B says the same of the smooth top-k SVM, which "cannot be directly applied" to
@@ -78,10 +78,20 @@ class TopKHingeLoss(_HingeLoss):
         ``K``, the number of guesses, ``1 ≤ K < n``.
     alpha : float
         Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); the per-sample
+    losses are weighted and reduced as ``weight`` and ``reduction`` say.
 
     Examples
     --------
@@ -115,10 +125,20 @@ class ConvexTopKHingeLoss(_HingeLoss):
         ``K``, the number of guesses, ``1 ≤ K < n``.
     alpha : float
         Margin ``α ≥ 0`` (1 in Lapin et al. and G22).
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); the per-sample
+    losses are weighted and reduced as ``weight`` and ``reduction`` say.
 
     Examples
     --------
@@ -152,10 +172,20 @@ class CalibratedTopKHingeLoss(_HingeLoss):
         ``K``, the number of guesses, ``1 ≤ K < n``.
     alpha : float
         Margin ``α ≥ 0`` (1 in Yang & Koyejo and G22).
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup); the per-sample
+    losses are weighted and reduced as ``weight`` and ``reduction`` say.
 
     Examples
     --------

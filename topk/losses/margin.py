@@ -94,11 +94,21 @@ class FocalLoss(Loss):
     ----------
     gamma : float
         Focusing parameter ``γ ≥ 0`` (Lin et al.'s default 2).
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
-    is ``Σ_i t_i ℓ(s, i)``; returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the
+    loss is ``Σ_i t_i ℓ(s, i)``; the per-sample losses are weighted and reduced as ``weight``
+    and ``reduction`` say.
 
     Examples
     --------
@@ -145,11 +155,21 @@ class LDAMLoss(Loss):
         Multiplier ``λ > 0`` of the scores (Cao et al. 30; G22 40 on Pl@ntNet-300K).
     class_counts : list of int
         Training samples per class; ``train.py`` passes the training split's counts.
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
-    is ``Σ_i t_i ℓ(s, i)``; returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the
+    loss is ``Σ_i t_i ℓ(s, i)``; the per-sample losses are weighted and reduced as ``weight``
+    and ``reduction`` say.
 
     Examples
     --------

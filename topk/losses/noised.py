@@ -120,9 +120,9 @@ class NoisedTopKHingeLoss(_NoisedHingeLoss):
 
     .. math::
         \ell_{\mathrm{Noised\,bal.}}^{K,ε,B}(s, y)
-            = \big(1 + \widehat{\mathrm{top}}_{K+1,ε,B}(s) - s_y\big)_+,
-        \qquad \widehat{\mathrm{top}}_{K+1,ε,B}(s)
-            = \frac{1}{B} \sum_{b=1}^{B} \mathrm{top}_{K+1}(s + ε Z_b)
+            &= \big(1 + \widehat{\mathrm{top}}_{K+1,ε,B}(s) - s_y\big)_+, \\
+        \widehat{\mathrm{top}}_{K+1,ε,B}(s)
+            &= \frac{1}{B} \sum_{b=1}^{B} \mathrm{top}_{K+1}(s + ε Z_b)
 
     The calibrated top-K hinge (:class:`~topk.losses.hinge.CalibratedTopKHingeLoss`, which it
     equals for ``ε = 0``) with its threshold smoothed by Gaussian perturbation (§3.2). ``B``
@@ -143,11 +143,21 @@ class NoisedTopKHingeLoss(_NoisedHingeLoss):
         Select the ``K+1``-th largest perturbed scores with one compiled kernel
         (:func:`~topk.functional.perturbed.compiled_kth_largest`): the same values, faster
         after a first call that compiles (needs a C++ compiler on a CPU, Triton on a GPU).
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
-    :func:`noised_topk_hinge`); returns the batch mean.
+    :func:`noised_topk_hinge`); the per-sample losses are weighted and reduced as ``weight`` and
+    ``reduction`` say.
 
     Examples
     --------
@@ -214,11 +224,21 @@ class NoisedImbalancedTopKHingeLoss(_NoisedHingeLoss):
         Training samples per class; ``train.py`` passes the training split's counts.
     compile : bool
         As for :class:`NoisedTopKHingeLoss`.
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
     Accepts integer labels ``[batch]`` or a probability matrix ``[batch, n]`` (Mixup; see
-    :func:`noised_topk_hinge`); returns the batch mean.
+    :func:`noised_topk_hinge`); the per-sample losses are weighted and reduced as ``weight`` and
+    ``reduction`` say.
 
     Examples
     --------

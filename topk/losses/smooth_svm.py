@@ -17,8 +17,8 @@ def smooth_topk_svm(scores: torch.Tensor, labels: torch.Tensor, k: int, tau: flo
     With ``x = s / (kτ)`` and ``e = exp(x\y)``,
 
     .. math::
-        L_{k,τ} = τ \log\big(e^{x_y} σ_{k-1}(e) + e^{α/τ} σ_k(e)\big) - τ \log\big(e^{x_y} σ_{k-1}(e)\big)
-                = τ \,\mathrm{softplus}\big(α/τ + \log σ_k(e) - \log σ_{k-1}(e) - x_y\big).
+        L_{k,τ} &= τ \log\big(e^{x_y} σ_{k-1}(e) + e^{α/τ} σ_k(e)\big) - τ \log\big(e^{x_y} σ_{k-1}(e)\big) \\
+                &= τ \,\mathrm{softplus}\big(α/τ + \log σ_k(e) - \log σ_{k-1}(e) - x_y\big).
 
     ``σ(e)`` of every sample comes from one :func:`~topk.functional.esp.log_esp` call on ``x``
     with ``x_y`` set to ``log 0`` (``e_y = 0`` drops it from every product). The scores are
@@ -54,9 +54,9 @@ class SmoothTopKSVM(TopKLoss):
     r"""Smooth top-k SVM loss ``L_{k,τ}`` of Berrada et al. 2018, eq. 9 (evaluated as eq. 10).
 
     .. math::
-        L_{k,τ}(s, y) = τ \log \sum_{A ⊂ [n], |A| = k}
-                            \exp\Big(\frac{1}{τ}\Big(α\,1[y ∉ A] + \frac{1}{k}\sum_{j∈A} s_j\Big)\Big)
-                      - τ \log \sum_{A ∋ y, |A| = k} \exp\Big(\frac{1}{kτ}\sum_{j∈A} s_j\Big)
+        L_{k,τ}(s, y) ={}& τ \log \sum_{A ⊂ [n], |A| = k}
+                            \exp\Big(\frac{1}{τ}\Big(α\,1[y ∉ A] + \frac{1}{k}\sum_{j∈A} s_j\Big)\Big) \\
+                      & - τ \log \sum_{A ∋ y, |A| = k} \exp\Big(\frac{1}{kτ}\sum_{j∈A} s_j\Big)
 
     the log-sum-exp smoothing with temperature ``τ`` of the top-k SVM loss ``l_k`` (B18 eq. 8),
     which it approaches as ``τ → 0``. ``k = 1``, ``τ = 1``, ``α = 0`` is cross-entropy (B18 §3.3).
@@ -76,11 +76,21 @@ class SmoothTopKSVM(TopKLoss):
         non-smooth ``l_k`` (:func:`hard_topk_svm`), the first row of B18 Table 6.
     alpha : float
         Margin ``α ≥ 0`` (the scaling of ``Δ_k``; B18 keeps 1).
+    weight : sequence of float, Tensor or None
+        One weight per class, as :class:`torch.nn.CrossEntropyLoss`'s ``weight``: sample ``i``
+        weighs ``w_i = weight[y_i]`` (a probability target ``t_i``: ``Σ_c t_ic weight[c]``, the
+        expected weight); ``None`` weighs every sample 1 (:class:`~topk.losses.base.Loss`).
+    reduction : {"mean", "sum", "none"}
+        How the per-sample losses ``ℓ_i`` are reduced: ``"mean"`` (the default) returns
+        ``Σ_i w_i ℓ_i / Σ_i w_i``, the plain batch mean without weights (0 when every weight of
+        the batch is 0); ``"sum"`` returns ``Σ_i w_i ℓ_i``; ``"none"`` returns the ``[B]``
+        values ``w_i ℓ_i``.
 
     Notes
     -----
-    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the loss
-    is ``Σ_i t_i L_{k,τ}(s, i)`` (the loss has no native soft-target form); returns the batch mean.
+    Accepts integer labels ``[B]`` or a probability matrix ``[B, n]`` (Mixup), for which the
+    loss is ``Σ_i t_i L_{k,τ}(s, i)`` (the loss has no native soft-target form); the per-sample
+    losses are weighted and reduced as ``weight`` and ``reduction`` say.
 
     Examples
     --------
