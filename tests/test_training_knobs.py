@@ -195,3 +195,26 @@ def test_a_run_with_every_knob_resumes_exactly(tmp_path):
         assert resumed[key] == whole[key], key
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "whole" / "history.csv").drop(columns="seconds"),
                                   pd.read_csv(tmp_path / "split" / "history.csv").drop(columns="seconds"))
+
+
+@pytest.mark.slow  # about 20 s: torchrun's start-up (make test-all)
+def test_torchrun_with_accumulation_clipping_and_ema_equals_one_process(tmp_path):
+    """Two processes (DistributedDataParallel, gradients all-reduced once per optimiser step, the
+    batches before it under no_sync) train as one does: accumulation over 3 global batches, the
+    clip of the averaged gradients, the moving average."""
+    from test_distributed import (
+        CIRCLES,
+        assert_same_test_metrics,
+        finished,
+        record,
+        single_process,
+        torchrun,
+    )
+
+    knobs = [*CIRCLES, "trainer.accumulate_grad_batches=3", "trainer.clip_grad_norm=0.5", "trainer.ema_decay=0.9"]
+    expected = single_process(tmp_path / "one", knobs)
+    returncode, output = finished(torchrun([*knobs, f"hydra.run.dir={tmp_path / 'two'}"]))
+    assert returncode == 0, output[-3000:]
+    two = record(tmp_path / "two")
+    assert two["processes"] == 2
+    assert_same_test_metrics(two["test"], expected["test"])
