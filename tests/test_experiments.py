@@ -12,7 +12,7 @@ from hydra.utils import instantiate
 
 from conftest import CONF, compose_config
 from topk.hydra_callbacks import sweep_values
-from topk.report.protocol import protocol
+from topk.report.fidelity import protocol
 
 EXPERIMENTS = sorted(path.stem for path in (CONF / "experiment").glob("*.yaml"))
 PAPER_ITEMS = {"s20_exp1", "s20_exp2", "s20_exp3", "s20_cifar", "b18_cifar_noise", "b18_imagenet",

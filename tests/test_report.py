@@ -1,5 +1,5 @@
 """The report page (topk.report.page) and what it rests on: the protocol check
-(topk.report.protocol), the verdicts (topk.report.verdicts) and the claims
+(topk.report.fidelity), the verdicts (topk.report.verdicts) and the claims
 (topk.report.claims), on fabricated sweeps whose records hold the protocol's own configs."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from conftest import ROOT
 from topk import paper_results
 from topk.records import EMPTY_PROVENANCE, write_history, write_results
 from topk.report.page import ITEMS, STATUS, build_page
-from topk.report.protocol import _compose, _override_text, expand, protocol
+from topk.report.fidelity import _compose, _override_text, expand, protocol
 from topk.report.runs import best_sweep_dir, load_sweep, read_sweep
 from topk.report.verdicts import (
     AGREES,

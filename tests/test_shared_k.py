@@ -10,7 +10,7 @@ import pytest
 from test_tables import cell, paper_row, record, write_sweep
 
 from topk.errors import ConfigError
-from topk.report.protocol import protocol
+from topk.report.fidelity import protocol
 from topk.report.runs import spread_over_k
 from topk.report.tables import build_table
 from topk.report.verdicts import macro_se

@@ -4,7 +4,7 @@ Hydra offers no public way to parse ``train.py``'s command line as ``@hydra.main
 list the search path it composes ``conf/`` with, to read what a search path's config sources
 hold, or to expand a sweep into its jobs as the basic sweeper launches them; the checks that
 refuse a run before anything is written (:mod:`topk.schema`, :mod:`topk.hydra_callbacks`,
-:mod:`topk.report.protocol`) need all four. They go through these functions, written for the
+:mod:`topk.report.fidelity`) need all four. They go through these functions, written for the
 Hydra versions of :data:`TESTED_HYDRA`; ``tests/test_hydra_private.py`` fails on another one, so
 that an upgrade is a decision made with these functions open, not a surprise in a user's sweep.
 """

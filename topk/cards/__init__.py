@@ -36,7 +36,7 @@ listed with ``swept`` too: the values the jobs take, checked as a swept key's ar
 experiment, so a protocol never drifts from its card in silence.
 
 Keys that never change what a run learns or reports (where it runs, how fast, how verbosely, how
-often it saves: :data:`topk.report.protocol.PROTOCOL_FREE_KEYS`) need no entry, nor do ``experiment``,
+often it saves: :data:`topk.report.fidelity.PROTOCOL_FREE_KEYS`) need no entry, nor do ``experiment``,
 ``protocol_card`` and Hydra's ``_partial_`` flags.
 """
 
@@ -77,13 +77,13 @@ class Entry:
 
     def applies_to(self, job: Mapping) -> bool:
         """Whether this case is the one for ``job`` (its swept values, normalised)."""
-        from topk.report.protocol import normalise
+        from topk.report.fidelity import normalise
 
         return all(normalise(job.get(key)) in values for key, values in self.when)
 
     @property
     def shown_value(self) -> str:
-        from topk.report.protocol import normalise, shown
+        from topk.report.fidelity import normalise, shown
 
         def text(value) -> str:
             return str(value).lower() if isinstance(value, bool) else shown(normalise(value))
@@ -94,7 +94,7 @@ class Entry:
 
     @property
     def shown_when(self) -> str:
-        from topk.report.protocol import shown
+        from topk.report.fidelity import shown
 
         return "; ".join(f"{key} = {' or '.join(shown(v) for v in values)}"
                          for key, values in self.when)
@@ -136,7 +136,7 @@ def _read(path: Path) -> dict:
 
 
 def _when(path: Path, key: str, raw) -> tuple[tuple[str, tuple], ...]:
-    from topk.report.protocol import normalise
+    from topk.report.fidelity import normalise
 
     if raw is None:
         return ()
@@ -207,7 +207,7 @@ def _in_this_sweep(entries: list[Entry], own: set[str], swept: dict[str, set]) -
 def load(experiment: str) -> Card:
     """The protocol card of ``experiment``, fragments merged (their cases for values the card
     does not sweep left out)."""
-    from topk.report.protocol import normalise
+    from topk.report.fidelity import normalise
 
     path = card_path(experiment)
     if not path.is_file():
@@ -236,7 +236,7 @@ def section_rank(key: str) -> int:
 
 def result_keys(params: Mapping) -> list[str]:
     """The keys of a flat composed config that a card must account for."""
-    from topk.report.protocol import PROTOCOL_FREE_KEYS
+    from topk.report.fidelity import PROTOCOL_FREE_KEYS
 
     return [key for key in params
             if key not in PROTOCOL_FREE_KEYS and key not in NOT_PROTOCOL
@@ -244,7 +244,7 @@ def result_keys(params: Mapping) -> list[str]:
 
 
 def _job_text(job) -> str:
-    from topk.report.protocol import normalise, shown
+    from topk.report.fidelity import normalise, shown
 
     return " ".join(f"{key}={shown(normalise(value))}" for key, value in job) or "the one job"
 
@@ -253,8 +253,8 @@ def job_config(proto, job) -> tuple[dict, dict]:
     """A job's ``(values, params)``: what an entry's ``when`` is matched against (the job's swept
     values, the config group choices it composes: ``loss``, ``model``, ``dataset`` ... even
     where the sweep fixes them, and its composed values: ``k`` where a swept method sets it),
-    and its flat composed config (as :meth:`topk.report.protocol.Protocol.params`)."""
-    from topk.report.protocol import SEED, _override_text
+    and its flat composed config (as :meth:`topk.report.fidelity.Protocol.params`)."""
+    from topk.report.fidelity import SEED, _override_text
 
     setting = tuple(f"{key}={_override_text(value)}" for key, value in job if key != SEED)
     choices, params = _setting_config(proto.id, setting)
@@ -265,7 +265,7 @@ def job_config(proto, job) -> tuple[dict, dict]:
 @functools.cache
 def _setting_config(experiment: str, setting: tuple[str, ...]) -> tuple[dict, dict]:
     """The group choices and the flat config of one setting, from one composition."""
-    from topk.report.protocol import _compose
+    from topk.report.fidelity import _compose
     from topk.run_dir import run_params
 
     cfg = _compose((f"+experiment={experiment}", *setting), hydra_node=True)
@@ -277,7 +277,7 @@ def problems(experiment: str) -> list[str]:
     """Every way the card of ``experiment`` and the configs its sweep composes disagree: a
     result-affecting key without an entry, a value the card does not state, a swept key whose
     values differ from the sweep's, and entries no job uses. Empty when the card is true."""
-    from topk.report.protocol import normalise, protocol, shown
+    from topk.report.fidelity import normalise, protocol, shown
 
     card, proto = load(experiment), protocol(experiment)
     jobs_with: dict[str, list[str]] = {}  # a problem (first example) -> the jobs that have it

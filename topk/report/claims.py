@@ -25,7 +25,7 @@ from topk.report.comparisons import (
     seed_values,
     threshold,
 )
-from topk.report.protocol import normalise, shown
+from topk.report.fidelity import normalise, shown
 from topk.report.runs import column, number, selected_by
 from topk.report.verdicts import (
     FAILS,

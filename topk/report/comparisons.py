@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from topk.report.protocol import normalise
+from topk.report.fidelity import normalise
 from topk.report.runs import column
 from topk.report.verdicts import (
     FAILS,

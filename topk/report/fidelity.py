@@ -1,4 +1,9 @@
-"""An experiment's protocol, and how far a sweep kept to it.
+"""How far a sweep kept to its experiment's protocol: the jobs ``+experiment=<id>`` runs.
+
+(Three things carry the word "protocol" in this repository, all of them what a paper prescribes:
+a data set's file holds its papers' training recipe, ``conf/protocol/`` the paper values of one
+option on one data set, and an experiment's protocol, read here, is the whole sweep its file
+defines, composed from both.)
 
 The protocol of experiment ``<id>`` is what ``python train.py -m +experiment=<id>`` runs with no
 other override: Hydra composes ``conf/train.yaml`` with ``+experiment=<id>``, and the sweep

@@ -3,7 +3,7 @@
 ``status.json`` beside it holds each item's status, source and verdict counts.
 
 Per item, every sweep found (``<outputs>/sweeps/<id>/*``, then ``<smoke>/sweeps/<id>/*``) is
-compared with the experiment's protocol (:mod:`topk.report.protocol`) and the best one is shown
+compared with the experiment's protocol (:mod:`topk.report.fidelity`) and the best one is shown
 (:func:`topk.report.runs.sweep_rank`: full scale, faithful, most complete, newest records), the
 others listed; ``--sweep-dir`` chooses one. Its status (:data:`STATUS`, in order of precedence):
 *smoke scale*, *deviates from the protocol* (the differing keys listed), *protocol incomplete*,
@@ -34,7 +34,7 @@ import topk
 from topk.cards import card_path, load
 from topk.cards.render import card_html
 from topk.report.figures import FIGURES, build_figure, write_figure
-from topk.report.protocol import PROTOCOL_FREE_KEYS
+from topk.report.fidelity import PROTOCOL_FREE_KEYS
 from topk.report.render import Table
 from topk.report.runs import Sweep, column, display_path, find_sweeps, inside_run_dir, read_sweep
 from topk.report.tables import TABLE_IDS, make_table

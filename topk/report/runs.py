@@ -1,7 +1,7 @@
 """A sweep's run records read once into a pandas frame, with its run counts: one row per
 readable ``results.json`` (keys flattened: ``params.loss.k``, ``test.top5``), missing values
 ``None``, runs in job order (0, 1, 2, …, 10). The expected runs are the experiment's protocol's
-(:mod:`topk.report.protocol`), never the sweep's own, possibly narrowed, ``multirun.yaml``.
+(:mod:`topk.report.fidelity`), never the sweep's own, possibly narrowed, ``multirun.yaml``.
 
 A job is counted once. Two records of the same job (:func:`job_identity`: the same config and
 seed, keys that change only speed, place or verbosity aside), such as a job re-run under another
@@ -28,7 +28,7 @@ import yaml
 from topk.errors import ConfigError
 from topk.metrics import metric_at_k
 from topk.records import STATUSES, flatten
-from topk.report.protocol import PROTOCOL_FREE_KEYS, Fidelity, assess, normalise
+from topk.report.fidelity import PROTOCOL_FREE_KEYS, Fidelity, assess, normalise
 from topk.run_dir import RENAMED_KEYS, added_defaults, override_key
 
 UNFINISHED = STATUSES[1:]
@@ -222,7 +222,7 @@ def load_sweep(sweep_dir: Path, experiment: str | None = None) -> Sweep:
     """Every ``results.json`` below ``sweep_dir`` as one row, in job order (a missing sweep reads
     as empty), one run per job (:func:`one_run_per_job`); a corrupt record, or a link out of its
     run directory, is counted in ``unreadable``, never fatal. With ``experiment`` the runs are
-    compared with its protocol (:func:`topk.report.protocol.assess`)."""
+    compared with its protocol (:func:`topk.report.fidelity.assess`)."""
     rows, unreadable = [], []
     for path in sorted(Path(sweep_dir).rglob("results.json"), key=job_order):
         try:

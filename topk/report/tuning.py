@@ -19,7 +19,7 @@ import yaml
 
 from topk.errors import ConfigError
 from topk.report.cells import fmt
-from topk.report.protocol import at_smoke_scale
+from topk.report.fidelity import at_smoke_scale
 from topk.report.render import Table
 from topk.report.runs import Sweep, best_sweep, column, display_path, load_sweep, number
 from topk.repository import CONF

@@ -3,7 +3,7 @@
 :func:`register` stores each dataclass of :data:`topk.schema.groups.SCHEMAS` as
 ``schema/<group>/<name>``, the name ``conf/<group>/<option>.yaml`` lists first in its defaults,
 and the resolvers ``conf/`` uses (``if_null``, ``if_tuning``, ``at_ks``). Anything that composes ``conf/`` calls it
-first (``train.py`` on import, :mod:`topk.report.protocol`, the tests).
+first (``train.py`` on import, :mod:`topk.report.fidelity`, the tests).
 
 :func:`offered` lists what the config search path offers (``conf/``, the folders of
 ``hydra.searchpath``, Hydra's own configs and its plugins'), the allow-list
