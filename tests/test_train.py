@@ -312,7 +312,7 @@ def test_class_weights_train_and_are_recorded(run_dir):
         (["trainer.also_select_on=[val/top7]", "dataset.val_per_class=5"],
          "trainer.also_select_on='val/top7' is not available in this run; choose one of last"),
         (["trainer.selection_metric=val/top7", "dataset.val_per_class=5"], "is not available in this run; choose one of last"),
-        (["augment=cutout"], "crops, flips or cuts out images"),
+        (["augment=cutout"], r"augment.images \(crop_padding=4, flip=true, cutout_size=8\) transforms images"),
         (["loss.weight=[1,2]"], "loss.weight must hold 6 finite non-negative weights"),
     ],
 )

@@ -266,7 +266,9 @@ def test_a_damaged_or_foreign_config_is_one_sentence(run, damage, pattern):
 
 def test_an_older_versions_config_is_brought_up_to_date(run):
     """Keys renamed or added since (``topk.run_dir.RENAMED_KEYS``, ``ADDED_KEYS``) are read as now."""
-    edit_config(run, lambda c: (c["loss"].update(class_weights=c["loss"].pop("weight")), c["trainer"].pop("also_select_on")))
+    edit_config(run, lambda c: (c["loss"].update(class_weights=c["loss"].pop("weight")), c["trainer"].pop("also_select_on"),
+                                [c["augment"]["images"].pop(key) for key in
+                                 ("randaugment_ops", "randaugment_magnitude", "random_erasing")]))
     code, stderr = run_as_typed([f"+eval={run}", f"+eval_out={run / 'old.json'}"])
     assert code == 0, stderr
     assert json.loads((run / "old.json").read_text())["test"] == json.loads((run / "results.json").read_text())["test"]

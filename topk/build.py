@@ -180,10 +180,12 @@ def build_loss(node: DictConfig, splits) -> torch.nn.Module:
 
 def data_arguments(node: DictConfig, splits) -> dict:
     """What a loss or ``augment.mix`` asks for by name in its constructor, from the data:
-    ``class_counts`` of the training split (LDAM and noised imbalanced margins) and
-    ``num_classes`` (Mixup's one-hot targets). Losses know nothing of data sets (docs/design.md §2)."""
+    ``class_counts`` of the training split (LDAM and noised imbalanced margins),
+    ``num_classes`` (Mixup's one-hot targets) and ``input_shape`` (CutMix, which refuses
+    non-image inputs). Losses know nothing of data sets (docs/design.md §2)."""
     parameters = inspect.signature(get_class(node._target_)).parameters
-    available = {"class_counts": splits.class_counts, "num_classes": splits.num_classes}
+    available = {"class_counts": splits.class_counts, "num_classes": splits.num_classes,
+                 "input_shape": splits.input_shape}
     return {
         name: value for name, value in available.items()
         if name in parameters and node.get(name) is None
@@ -286,10 +288,11 @@ def batches_of_split(splits, split, name, trainer, seed, device, image_augment, 
     shares = {"distributed": distributed, "pad": training}
     if isinstance(split, ImageFileSplit):
         on_device = image_augment.device_transform(normalize) if training else normalize
+        per_image = splits.image_transform(training, image_augment.random_crop, image_augment.flip,
+                                           ten_crop=name in ten_crop_splits(splits))
         return ImageBatches(
             split, batch_size, shuffle=training, seed=seed, device=device,
-            image_transform=splits.image_transform(training, image_augment.random_crop, image_augment.flip,
-                                                   ten_crop=name in ten_crop_splits(splits)),
+            image_transform=image_augment.worker_transform(per_image) if training else per_image,
             device_transform=Compose(on_device, layout) if layout else on_device,
             num_workers=int(trainer.num_workers), **shares,
         )

@@ -111,7 +111,8 @@ def unwritable_reason(directory: Path) -> str | None:
 # Keys renamed since a run was recorded: its old name -> the name compared now.
 RENAMED_KEYS = {"loss.class_weights": "loss.weight"}
 # Keys added since: a config remembered without one had the value it now defaults to.
-ADDED_KEYS = {"trainer.also_select_on": []}
+ADDED_KEYS = {"trainer.also_select_on": [], "augment.images.randaugment_ops": None,
+              "augment.images.randaugment_magnitude": 9, "augment.images.random_erasing": 0.0}
 ADDED_KEYS |= {"trainer.accumulate_grad_batches": 1, "trainer.clip_grad_norm": None,  # topk/training_steps.py's
                "trainer.ema_decay": None, "trainer.early_stopping_patience": None}
 # Keys added since to one option of a group: the option's ``_target_`` -> its keys' defaults, which a

@@ -95,3 +95,20 @@ class Compose:
         for transform in self.transforms:
             images = transform(images)
         return images
+
+
+class EachImage:
+    """Apply ``transform`` (a torchvision ``transforms.v2`` transform) to each image of a batch
+    ``[N, C, H, W]`` on its own, so that each image draws its own random parameters: a v2
+    transform given a batch draws one set of parameters for the whole batch (one RandAugment op,
+    one erased box for every image), whereas torchvision's reference applies RandAugment and
+    RandomErasing to one image at a time, in its data set's transform."""
+
+    def __init__(self, transform):
+        self.transform = transform
+
+    def __repr__(self) -> str:
+        return f"EachImage({self.transform!r})"
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.transform(image) for image in images])

@@ -379,18 +379,34 @@ class ImageAugmentationSchema:
     crop_padding: int | None = whole(0, null="no random crop")
     flip: bool = flag()
     cutout_size: int | None = whole(1, null="no Cutout")
+    randaugment_ops: int | None = whole(1, null="no RandAugment")
+    randaugment_magnitude: int = whole(0, 30)  # torchvision's RandAugment, 31 magnitude bins
+    random_erasing: float = number(0, maximum=1)
 
 
 @dataclass
-class MixupSchema:
+class MixSchema:
+    """``augment.mix``: each option file composes its node onto one of the subclasses below
+    (``/schema/augment/mixup@mix``), which the field accepts."""
+
     _target_: str = target()
+
+
+@dataclass
+class MixupSchema(MixSchema):  # Mixup and CutMix
     alpha: float = number(above=0)
+
+
+@dataclass
+class MixupOrCutMixSchema(MixSchema):
+    mixup_alpha: float = number(above=0)
+    cutmix_alpha: float = number(above=0)
 
 
 @dataclass
 class AugmentSchema:
     images: ImageAugmentationSchema = field(default_factory=ImageAugmentationSchema)
-    mix: MixupSchema | None = None
+    mix: MixSchema | None = None
 
 
 # ---- optim and schedule (torch.optim) ------------------------------------------------------------
@@ -495,7 +511,7 @@ SCHEMAS: dict[str, dict[str, type]] = {
         "image_folder": OwnImageFolderSchema,
         "torchvision": TorchvisionSchema,
     },
-    "augment": {"augment": AugmentSchema},
+    "augment": {"augment": AugmentSchema, "mixup": MixupSchema, "mixup_or_cutmix": MixupOrCutMixSchema},
     "optim": {"optimizer": OptimizerSchema, "sgd": SGDSchema},
     "schedule": {"multistep": MultiStepSchema, "cosine": WarmupCosineSchema, "plateau": PlateauSchema},
     "logger": {"mlflow": MLflowSchema, "wandb": WandbSchema},

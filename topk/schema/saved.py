@@ -11,9 +11,9 @@ call whatever its ``_target_``s name, so :func:`saved_config` reads it as data f
    (:mod:`topk.schema.targets`), before anything else looks at it;
 3. keys renamed or added since the run was written are brought up to date
    (:data:`topk.run_dir.RENAMED_KEYS`, :data:`topk.run_dir.ADDED_KEYS`);
-4. ``trainer`` and ``augment`` compose onto their schemas, and every other group onto the schema
-   of the option file that names its ``_target_``, as Hydra composes them for a run: a key the
-   schema lacks or a value of the wrong type is one sentence;
+4. ``trainer`` and ``augment`` compose onto their schemas, and every other group (and
+   ``augment.mix``) onto the schema of the option file that names its ``_target_``, as Hydra
+   composes them for a run: a key the schema lacks or a value of the wrong type is one sentence;
 5. the ``key=value`` overrides are merged the same way and the interpolations resolved; the
    callables are checked again on the values (an ``${oc.decode:...}`` can make a mapping), which
    compose onto the schemas again: what is built is what was checked;
@@ -122,6 +122,11 @@ def typed(plain: dict, offered: Offered, path: Path) -> DictConfig:
     onto theirs, the others onto the schema of the option file naming their ``_target_`` (a
     user's option file without a schema stays untyped, as when Hydra composes it)."""
     skeleton = {group: OmegaConf.structured(schema) for group, schema in SCHEMA_OF_GROUP.items()}
+    augment = plain.get("augment")
+    mix = augment.get("mix") if isinstance(augment, Mapping) else None
+    mix_schema = offered.schemas.get(mix.get(TARGET)) if isinstance(mix, Mapping) else None
+    if mix_schema is not None:  # augment.mix composes onto its option file's schema, as in a run
+        skeleton["augment"].mix = OmegaConf.structured(mix_schema)
     for group in TARGETED_GROUPS:
         node = plain.get(group)
         schema = offered.schemas.get(node.get(TARGET)) if isinstance(node, Mapping) else None
