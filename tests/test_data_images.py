@@ -295,7 +295,7 @@ def test_imagenet_lt_run_reports_many_medium_few(tmp_path, tiny_imagenet_lt):
     ks = [1, 2]
     record, _ = run_in_process(tmp_path / "run", [
         "dataset=imagenet_lt", f"dataset.root={root}", "trainer.selection_metric=val/few_top1",
-        *oracle_config(ks),
+        "trainer.test_every_epoch=true", *oracle_config(ks),
     ])
     predicted, labels = flat_predictions(test, list(range(n)))
     groups = {"many": [0], "medium": [1, 2], "few": [3, 4]}

@@ -46,6 +46,7 @@ def test_each_loss_writes_a_valid_record(run_dir, loss):
     assert history["epoch"].tolist() == [1, 2, 3, 4]
     for column in ("lr", "train/loss", "train/top1", "val/top2", "test/top1", "test/macro_top5", "seconds"):
         assert column in history.columns
+    assert not [column for column in history.columns if column.startswith("test/")]  # scored once, at the end
     best = history.set_index("epoch").loc[on_disk["best_epoch"]]
     assert best["val/top2"] == pytest.approx(on_disk["val"]["top2"])
     assert best["val/top2"] == history["val/top2"].max()
@@ -62,7 +63,33 @@ def first_best_epoch(history: pd.DataFrame, metric: str) -> int:
 
 
 ALSO_SELECTED = ["dataset.val_per_class=20", "trainer.selection_metric=val/top1", "trainer.epochs=6",
-                 "optim.lr=0.3", "trainer.batch_size=64"]
+                 "optim.lr=0.3", "trainer.batch_size=64", "trainer.test_every_epoch=true"]
+
+
+def test_the_test_split_is_scored_once_unless_asked_every_epoch(run_dir, tmp_path, monkeypatch):
+    """By default the test split is evaluated once, on the selected model at the end (no test/*
+    in the history); trainer.test_every_epoch=true scores it at every evaluation too, and the
+    selected model's test metrics are then its epoch's row."""
+    import topk.engine as engine
+
+    splits_seen = []
+    real = engine.evaluate
+
+    def counting(model, loss_fn, batches, *args, **kwargs):
+        splits_seen.append(batches)
+        return real(model, loss_fn, batches, *args, **kwargs)
+
+    monkeypatch.setattr(engine, "evaluate", counting)
+    overrides = ["dataset.val_per_class=20", "trainer.selection_metric=val/top1", "trainer.epochs=3"]
+    record, _ = run_in_process(run_dir, overrides)
+    assert len(splits_seen) == 3 + 2  # val at each of 3 epochs, then val and test once for the kept model
+    assert not [column for column in pd.read_csv(run_dir / "history.csv").columns if column.startswith("test/")]
+    splits_seen.clear()
+    every, _ = run_in_process(tmp_path / "every", [*overrides, "trainer.test_every_epoch=true"])
+    assert len(splits_seen) == 3 * 2 + 2
+    history = pd.read_csv(tmp_path / "every" / "history.csv").set_index("epoch")
+    assert history.loc[every["best_epoch"], "test/top1"] == pytest.approx(every["test"]["top1"])
+    assert (every["best_epoch"], every["test"]) == (record["best_epoch"], record["test"])  # same run, same model
 
 
 def test_also_select_on_keeps_a_best_model_per_metric_from_one_run(tmp_path):
@@ -92,7 +119,8 @@ def test_also_select_on_keeps_a_best_model_per_metric_from_one_run(tmp_path):
 def test_average_k_selects_the_model_and_is_recorded(run_dir):
     """Average-k accuracy (Garcin et al. 2021) at the val split's threshold, in the history, the
     record and as the selection metric."""
-    overrides = ["dataset.val_per_class=20", "trainer.selection_metric=val/avg2", "trainer.epochs=3"]
+    overrides = ["dataset.val_per_class=20", "trainer.selection_metric=val/avg2", "trainer.epochs=3",
+                 "trainer.test_every_epoch=true"]
     record, _ = run_in_process(run_dir, overrides)
     on_disk = read_record(run_dir)
     assert on_disk["selection_metric"] == "val/avg2"
@@ -120,7 +148,7 @@ def test_average_k_is_absent_without_a_val_split(run_dir):
 def test_tensorboard_holds_the_history_scalars(run_dir):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_in_process(run_dir, ["trainer.epochs=3"])
+    run_in_process(run_dir, ["trainer.epochs=3", "trainer.test_every_epoch=true"])
     [folder] = (run_dir / "tb").iterdir()  # named by the run's overrides, as TensorBoard shows it
     assert folder.name == "ce,seed=0"  # trainer.* keys change nothing it learns: its loss and seed
     events = EventAccumulator(str(folder))

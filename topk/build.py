@@ -357,6 +357,7 @@ def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict, name:
         config=record["params"],
         eval_scores=eval_scores(splits),
         grad_nonzero=bool(trainer.grad_nonzero),
+        test_every_epoch=bool(trainer.test_every_epoch),
         accumulate_grad_batches=int(trainer.accumulate_grad_batches),
         clip_grad_norm=None if trainer.clip_grad_norm is None else float(trainer.clip_grad_norm),
         ema_decay=None if trainer.ema_decay is None else float(trainer.ema_decay),

@@ -113,6 +113,7 @@ class FitSettings:
     clip_grad_norm: float | None = None  # the gradients' largest 2-norm at each step; None: no clipping
     ema_decay: float | None = None  # evaluate and select the weights' moving average; None: the weights
     early_stopping_patience: int | None = None  # stop after this many evaluations without a better model
+    test_every_epoch: bool = False  # score the test split at each evaluation too; else only the kept models, at the end
 
 
 @dataclass
@@ -324,6 +325,7 @@ class FitRun:
     steps: OptimizerSteps  # backward passes and optimiser steps (accumulation, clipping, EMA)
     evaluated: torch.nn.Module  # the model evaluation sees and selection keeps (the EMA, if any)
     evaluate_all: Callable  # evaluate_splits of the evaluated model on every split
+    evaluate_epoch: Callable  # the same at each evaluation: without the test split unless test_every_epoch
     checkpoints: Checkpoints
     state: TrainingState
     progress: Progress
@@ -348,6 +350,8 @@ def fit(
     process's shares; ``run_dir`` is the same directory in every process. A schedule that follows
     a metric (``schedule=plateau``) is stepped after each evaluation, others per optimiser step
     or per epoch; ``settings.early_stopping_patience`` ends the epochs early (:func:`epoch_done`).
+    The test split is scored once, on the kept models at the end, unless
+    ``settings.test_every_epoch`` scores it at every evaluation too (per-epoch test curves).
     """
     run = start_fit(model, loss_fn, optimizer, scheduler, eval_batches, num_classes, run_dir, settings,
                     distributed)
@@ -362,7 +366,7 @@ def fit(
                 row.update(train_epoch(run, model, loss_fn, train_batches, mix, scheduler, epoch, stop,
                                        evaluate_now))
                 if evaluate_now:
-                    row.update(metric_columns(run.evaluate_all()))
+                    row.update(metric_columns(run.evaluate_epoch()))
                     step_on_metric(scheduler, row)  # schedule=plateau
                 row["seconds"] = time.perf_counter() - started
                 stopped_early = epoch_done(run, row, on_epoch_end)
@@ -391,16 +395,20 @@ def start_fit(model, loss_fn, optimizer, scheduler, eval_batches: Mapping[str, o
     steps = OptimizerSteps(model, optimizer, precision, scheduler, settings.accumulate_grad_batches,
                            settings.clip_grad_norm, settings.ema_decay)
     evaluated = steps.evaluated_model()
-    evaluate_all = partial(evaluate_splits, evaluated, loss_fn, eval_batches, ks, num_classes, groups,
-                           precision, distributed, settings.eval_scores)
+
+    def evaluator(splits: Mapping[str, object]) -> Callable:
+        return partial(evaluate_splits, evaluated, loss_fn, splits, ks, num_classes, groups, precision,
+                       distributed, settings.eval_scores)
+    each_epoch = {split: batches for split, batches in eval_batches.items()
+                  if settings.test_every_epoch or split != "test"}  # the test split: once, at the end
     checkpoints = Checkpoints(run_dir, model, optimizer, scheduler, precision, distributed, settings.config,
                               ema=steps.ema)
     state = TrainingState(BestModel(settings.selection_metric),
                           also_best=[BestModel(metric) for metric in extra_metrics(settings)])
     state = checkpoints.restore(state) if settings.resume else state
     check_resume_epochs(run_dir, state.epoch, settings.epochs)
-    return FitRun(settings, ks, num_classes, device, precision, steps, evaluated, evaluate_all, checkpoints,
-                  state, run_progress(settings, state.epoch, distributed),
+    return FitRun(settings, ks, num_classes, device, precision, steps, evaluated, evaluator(eval_batches),
+                  evaluator(each_epoch), checkpoints, state, run_progress(settings, state.epoch, distributed),
                   open_tensorboard(run_dir, settings, distributed, state.epoch),
                   NonZeroGradients(device) if settings.grad_nonzero else None, distributed)
 

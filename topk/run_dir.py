@@ -59,7 +59,7 @@ HARMLESS_KEYS = frozenset({
     "trainer.epochs", "trainer.resume", "trainer.progress", "trainer.progress_every", "trainer.tensorboard",
     "trainer.num_workers", "trainer.num_threads", "trainer.device", "trainer.distributed_backend",
     "trainer.eval_batch_size", "trainer.eval_every", "trainer.checkpoint_every",
-    "trainer.compile", "trainer.channels_last", "trainer.keep_checkpoints", "loss.compile",
+    "trainer.compile", "trainer.channels_last", "trainer.keep_checkpoints", "loss.compile", "trainer.test_every_epoch",
     "trainer.grad_nonzero",
     "data_root", "dataset.root", "dataset.lists_root", "dataset.check_images",
 })
@@ -115,6 +115,7 @@ ADDED_KEYS = {"trainer.also_select_on": [], "augment.images.randaugment_ops": No
               "augment.images.randaugment_magnitude": 9, "augment.images.random_erasing": 0.0}
 ADDED_KEYS |= {"trainer.accumulate_grad_batches": 1, "trainer.clip_grad_norm": None,  # topk/training_steps.py's
                "trainer.ema_decay": None, "trainer.early_stopping_patience": None}
+ADDED_KEYS |= {"trainer.test_every_epoch": True}  # runs before it scored the test split at every evaluation
 # Keys added since to one option of a group: the option's ``_target_`` -> its keys' defaults, which a
 # config of that option remembered without them had (the other options of the group have no such key).
 ADDED_OPTION_KEYS = {"torch.nn.CrossEntropyLoss": {"loss.label_smoothing": 0.0},

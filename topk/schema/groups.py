@@ -88,6 +88,7 @@ class TrainerSchema:
     limit_batches: int | None = whole(1, null="no limit")
     num_workers: int = whole(0)
     distributed_backend: str = choice("auto", "nccl", "gloo")
+    test_every_epoch: bool = flag()
 
 
 @dataclass
