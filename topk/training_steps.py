@@ -39,9 +39,11 @@ class OptimizerSteps:
     weights and buffers, ``W_ema ← decay · W_ema + (1 − decay) · W`` from a copy of the weights of
     the first step (``torch.optim.swa_utils.AveragedModel`` with ``get_ema_multi_avg_fn``, as in
     torchvision's classification reference script), is :attr:`ema`; the engine evaluates and selects
-    it instead of the trained model. Its step count stays on the CPU (torch reads it at every
-    update). A ``scheduler`` whose class sets ``per_batch`` (:mod:`topk.schedules`) is stepped
-    after every optimiser step.
+    it instead of the trained model. :meth:`update_average` is ``AveragedModel.update_parameters``
+    with torch's averaging function, less the copy of the step count to the device at every
+    update, which makes the host wait for the device (the count stays on the CPU). A
+    ``scheduler`` whose class sets ``per_batch`` (:mod:`topk.schedules`) is stepped after every
+    optimiser step.
     """
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -54,6 +56,7 @@ class OptimizerSteps:
         self.clip_grad_norm = clip_grad_norm
         self.ema = None if ema_decay is None else AveragedModel(
             unwrap(model), multi_avg_fn=get_ema_multi_avg_fn(ema_decay), use_buffers=True)
+        self.averaged_groups = None if self.ema is None else same_dtype_groups(self.ema.module, unwrap(model))
 
     def evaluated_model(self) -> torch.nn.Module:
         """The model that evaluation sees and selection keeps: the moving average when there is
@@ -93,12 +96,37 @@ class OptimizerSteps:
             return
         self.precision.step(self.optimizer, self.clip if self.clip_grad_norm is not None else None)
         if self.ema is not None:
-            self.ema.update_parameters(unwrap(self.model))
+            self.update_average()
         if self.step_schedule is not None:
             self.step_schedule()
 
     def clip(self) -> None:
         torch.nn.utils.clip_grad_norm_(unwrap(self.model).parameters(), self.clip_grad_norm)
+
+    @torch.no_grad()
+    def update_average(self) -> None:
+        """The moving average after a step: the weights and buffers copied at the first, then
+        ``W_ema ← decay · W_ema + (1 − decay) · W`` (:attr:`ema`'s ``multi_avg_fn``) per dtype."""
+        first = int(self.ema.n_averaged) == 0  # a CPU tensor: no wait for the device
+        for averaged, current in self.averaged_groups:
+            if first:
+                for mine, theirs in zip(averaged, current, strict=True):
+                    mine.copy_(theirs)
+            else:
+                self.ema.multi_avg_fn(averaged, current, None)
+        self.ema.n_averaged += 1
+
+
+def same_dtype_groups(averaged: torch.nn.Module, model: torch.nn.Module) -> list[tuple[list, list]]:
+    """The parameters and buffers of ``averaged`` and ``model`` (detached, in the same order),
+    grouped by dtype as torch's foreach functions need them."""
+    groups: dict[torch.dtype, tuple[list, list]] = {}
+    for mine, theirs in zip([*averaged.parameters(), *averaged.buffers()],
+                            [*model.parameters(), *model.buffers()], strict=True):
+        group = groups.setdefault(mine.dtype, ([], []))
+        group[0].append(mine.detach())
+        group[1].append(theirs.detach())
+    return list(groups.values())
 
 
 def early_stop_reason(state: TrainingState, patience: int | None) -> str | None:
