@@ -5,15 +5,18 @@ table (topk/report/tuning.py), from records and from a study at smoke scale."""
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 import re
+import shlex
 
 import pandas as pd
 import pytest
 import yaml
 from test_faults import run_main
 
-from conftest import CONF, compose_config
+from conftest import CONF, ROOT, compose_config, run_cli
 from topk.data.fixtures import write_smoke_data
 from topk.report import make_tables
 from topk.report.tables import build_table
@@ -209,3 +212,71 @@ def test_a_study_that_cannot_run_stops_early_in_one_sentence(tmp_path, monkeypat
     records = sorted(study.rglob("results.json"))
     assert len(records) == 2 and all(json.loads(path.read_text())["status"] == "failed" for path in records)
     assert sorted(path.name for path in data.iterdir()) == ["README"] and (data / "README").read_bytes() == before
+
+
+# --- issue 37: the same command, the same trials; a sweep's log in plain lines ---
+
+
+def readme_study_command(n_trials: int) -> list[str]:
+    """The README's Optuna command after ``python train.py``, with ``n_trials`` trials."""
+    line = next(line for line in (ROOT / "README.md").read_text().splitlines() if "# tune τ with Optuna" in line)
+    words = shlex.split(line.split("   # ")[0])
+    assert words[:2] == ["python", "train.py"] and "hydra.sweeper.n_trials=20" in words
+    return [word if not word.startswith("hydra.sweeper.n_trials=") else f"hydra.sweeper.n_trials={n_trials}"
+            for word in words[2:]]
+
+
+def trial_values(sweep) -> list[dict]:
+    """Each trial's tuned values, in trial order, from its run record."""
+    records = sorted(sweep.glob("*/results.json"), key=lambda path: int(path.parent.name))
+    return [json.loads(path.read_text())["params"] for path in records]
+
+
+def test_the_readme_study_proposes_the_same_trials_again_and_logs_plain_lines(tmp_path):
+    """Issue 37: the README's study, run twice, tried other values each time (Hydra's Optuna
+    sampler is unseeded), and its log held alembic's seven `setup plugin ...` lines and Optuna's
+    line in ANSI colour codes. Its first run here is a process of its own, as a user's is (both
+    come from imports, once per process); the second runs in this one."""
+    command = [*readme_study_command(2), "trainer.epochs=1", "trainer.progress=false", "trainer.tensorboard=false"]
+    first = run_cli([*command, f"hydra.sweep.dir={tmp_path / 'first'}"])
+    assert first.returncode == 0, first.stderr[-3000:]
+    output = first.stdout + first.stderr
+    assert "\x1b[" not in output and "setup plugin" not in output, output[:2000]
+    assert "][HYDRA] A new study created in memory" in output  # Optuna's line kept, in Hydra's format
+    code, stderr = run_main([*command, f"hydra.sweep.dir={tmp_path / 'again'}"], quick=False)
+    assert code == 0, stderr[-3000:]
+    first_trials = trial_values(tmp_path / "first")
+    assert len(first_trials) == 2 and first_trials[0] != first_trials[1]
+    assert trial_values(tmp_path / "again") == first_trials
+    sampler = compose_config(["hydra/sweeper=tune"], return_hydra_config=True).hydra.sweeper.sampler
+    assert sampler.seed == 0 and compose_config(["hydra/sweeper=tune", "seed=3"], return_hydra_config=True).hydra.sweeper.sampler.seed == 3
+
+
+def test_a_sweep_under_optuna_hands_its_lines_to_hydras_logging_without_colour():
+    import optuna
+
+    from topk.sweep_logging import PlainSweepLogs
+
+    record = logging.LogRecord("optuna.study", logging.INFO, __file__, 1, "A new study created", None, None)
+    assert "\x1b[" in optuna.logging.create_default_formatter().format(record)  # Optuna's own handler's line
+    captured = io.StringIO()
+    handler = logging.StreamHandler(captured)
+    handler.setFormatter(logging.Formatter("[%(name)s] %(message)s"))
+    root, alembic = logging.getLogger(), logging.getLogger("alembic")
+    saved = root.level, alembic.level, optuna.logging.get_verbosity()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        PlainSweepLogs().on_multirun_start(config=compose_config(["hydra/sweeper=tune"], return_hydra_config=True))
+        optuna.logging.set_verbosity(optuna.logging.INFO)
+        optuna.logging.get_logger("optuna.study").info("A new study created")
+        logging.getLogger("alembic.runtime.plugins").info("setup plugin alembic.autogenerate.schemas")
+        assert captured.getvalue() == "[optuna.study] A new study created\n"
+        assert not logging.getLogger("optuna").handlers and logging.getLogger("optuna").propagate
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(saved[0])
+        alembic.setLevel(saved[1])
+        optuna.logging.set_verbosity(saved[2])
+        optuna.logging.disable_propagation()
+        optuna.logging.enable_default_handler()
