@@ -4,8 +4,11 @@ TensorBoard's HParams data, and MLflow runs (logger=mlflow) comparable by their 
 from __future__ import annotations
 
 import builtins
+import json
+from pathlib import Path
 
 import pytest
+from test_faults import run_main
 
 from conftest import compose_config, run_in_process
 from topk.errors import ConfigError, NonFiniteLossError
@@ -63,6 +66,55 @@ def test_mlflow_gets_one_run_per_run_with_its_parameters_history_and_status(tmp_
         assert f"loss.tau={record['params']['loss.tau']}" in run.info.run_name.split(",")  # named by its overrides
         assert run.data.metrics["final/val/top2"] == pytest.approx(record["val"]["top2"])
         assert [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")] == [1, 2, 3]
+    # the run record as it ended and its history, among each MLflow run's artefacts, beside the database
+    for run, folder in zip(runs, ["0.5", "2.0", "diverged"]):
+        files = artefacts(client, run, tmp_path / "mlflow-artifacts")
+        kept, written = json.loads(files["results.json"]), json.loads((tmp_path / folder / "results.json").read_text())
+        for record in (kept, written):
+            record["provenance"].pop("ended_utc")
+        assert kept == written
+        if folder != "diverged":
+            assert files["history.csv"] == (tmp_path / folder / "history.csv").read_text()
+    assert kept["status"] == "failed" and kept["error"].startswith("NonFiniteLossError: ")
+
+
+def artefacts(client, run, root) -> dict[str, str]:
+    """The text of each file among ``run``'s artefacts, which must lie below ``root``."""
+    from urllib.parse import urlparse
+
+    folder = urlparse(run.info.artifact_uri).path
+    assert folder.startswith(str(root)), (folder, root)
+    return {item.path: (Path(folder) / item.path).read_text() for item in client.list_artifacts(run.info.run_id)}
+
+
+def test_an_mlflow_file_store_is_refused_before_the_run_starts(tmp_path, monkeypatch):
+    """Issue 37: logger.tracking_uri=file:... ended the run in MLflow's traceback (MLflow 3's file
+    store raises unless MLFLOW_ALLOW_FILE_STORE=true), its directory written."""
+    from topk.trackers import tracking_uri_problem
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    store = tmp_path / "mlruns"
+    code, stderr = run_main(["logger=mlflow", f"logger.tracking_uri=file:{store}", f"hydra.run.dir={tmp_path / 'run'}"])
+    assert code == 1 and "Traceback" not in stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"Error: logger.tracking_uri=file:{store} is an MLflow file store, which MLflow 3 no longer writes to (its "
+        "filesystem backend is in maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true is set; give a database "
+        "instead, e.g. logger.tracking_uri=sqlite:///outputs/mlflow.db (`mlflow migrate-filestore` moves an "
+        "existing store into one), or a tracking server's http(s):// URI.")
+    assert not (tmp_path / "run").exists() and not store.exists()
+    assert tracking_uri_problem("logger.tracking_uri", "mlruns").startswith("logger.tracking_uri=mlruns is an MLflow file store")
+    for accepted in ("sqlite:///outputs/mlflow.db", "http://localhost:5000", "postgresql://db/mlflow", "databricks"):
+        assert tracking_uri_problem("logger.tracking_uri", accepted) is None
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow's own opt-out, respected
+    assert tracking_uri_problem("logger.tracking_uri", f"file:{store}") is None
+
+
+def test_the_file_store_refusal_follows_the_installed_mlflow(tmp_path, monkeypatch):
+    """What the refusal above relies on: this MLflow raises on a file store unless told otherwise."""
+    mlflow = pytest.importorskip("mlflow", reason="the track extra (mlflow-skinny)")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    with pytest.raises(mlflow.exceptions.MlflowException, match="MLFLOW_ALLOW_FILE_STORE"):
+        mlflow.MlflowClient(tracking_uri=f"file:{tmp_path / 'mlruns'}").search_experiments()
 
 
 def test_logger_mlflow_without_mlflow_is_one_sentence(monkeypatch):

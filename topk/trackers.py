@@ -9,7 +9,14 @@ in the HParams view (``tensorboard --logdir outputs/sweeps``).
 **MLflow** (``logger=mlflow``, the optional ``track`` extra): :class:`MLflowTracker` logs the
 run's flat configuration as parameters, every epoch's numbers as metrics (step = epoch) and the
 selected model's metrics as ``final/<split>/<metric>``, into a tracking store (a local SQLite
-database by default, or a tracking server's URI), one MLflow run per run, named by its overrides.
+database by default, or a tracking server's URI), one MLflow run per run, named by its overrides;
+as the run ends it keeps the run record as it ends (``results.json``, with the status and error the
+run's own file then gets) and the history of the epochs it was told (``history.csv``) among the
+MLflow run's artefacts (:meth:`MLflowTracker.log_record`), which a new experiment of a SQLite
+store keeps beside the database (:func:`artifact_location`). A file store (``file:`` or a plain
+folder) is refused before the run starts (:func:`tracking_uri_problem`): MLflow 3 put its
+filesystem backend in maintenance mode and raises on it unless ``MLFLOW_ALLOW_FILE_STORE=true``
+(``mlflow/store/tracking/file_store.py``), which ended the run in MLflow's traceback.
 
 **Weights & Biases** (``logger=wandb``, the ``track`` extra): :class:`WandbTracker` does the same
 with a W&B run (configuration, history, summary, exit code), offline by default (``wandb sync``
@@ -19,13 +26,22 @@ uploads the runs later; ``logger.mode=online`` logs in directly).
 from __future__ import annotations
 
 import contextlib
+import json
+import logging
 import math
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from urllib.parse import urlparse
+
+import pandas as pd
 
 from topk.errors import ConfigError
-from topk.records import tensorboard_dir
+from topk.records import strict_json, tensorboard_dir, utc_now
 from topk.run_dir import HARMLESS_KEYS, override_key
+from topk.schema.rules import shown
+
+log = logging.getLogger(__name__)
 
 
 def numbers(row: Mapping) -> dict[str, float]:
@@ -118,9 +134,67 @@ def tracking(tracker, name: str, record: dict, on_epoch_end=None) -> Iterator:
     try:
         yield tracked(on_epoch_end, tracker)
     except BaseException as stop:
-        tracker.finish("interrupted" if isinstance(stop, KeyboardInterrupt) else "failed", {})
+        status = "interrupted" if isinstance(stop, KeyboardInterrupt) else "failed"
+        try:  # the run's own error goes on, whatever the tracker's files do
+            keep_record(tracker, ended(record, status, stop))
+        except Exception as problem:
+            log.warning("the experiment tracker could not keep the run's record: %s", problem)
+        tracker.finish(status, {})
         raise
+    keep_record(tracker, ended(record, "completed"))
     tracker.finish("completed", final_metrics(record, "final/"))
+
+
+def ended(record: Mapping, status: str, stop: BaseException | None = None) -> dict:
+    """``record`` as the run ends with ``status``: what :func:`topk.run_session.end_record` then
+    writes to ``results.json`` (the status, the error's sentence, the end time)."""
+    error = None if stop is None else str(stop) if isinstance(stop, KeyboardInterrupt) else f"{type(stop).__name__}: {stop}"
+    provenance = {**record.get("provenance", {}), "ended_utc": utc_now()}
+    return {**record, "status": status, "error": error, "provenance": provenance}
+
+
+def keep_record(tracker, record: Mapping) -> None:
+    """Hand the ended run ``record`` to a tracker that keeps it (:meth:`MLflowTracker.log_record`)."""
+    if hasattr(tracker, "log_record"):
+        tracker.log_record(record)
+
+
+def allows_file_store() -> bool:
+    """Whether MLflow is told to write to a file store all the same (``MLFLOW_ALLOW_FILE_STORE``,
+    a boolean as MLflow reads it: ``true`` or ``1``)."""
+    return os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").strip().lower() in ("true", "1")
+
+
+NAMED_STORES = ("databricks", "databricks-uc", "uc")  # URIs without a scheme that MLflow's registry takes by name
+
+
+def tracking_uri_problem(key: str, uri) -> str | None:
+    """The sentence refusing ``logger.tracking_uri`` (``key``), or ``None``: any URI of a scheme
+    (``sqlite:///``, ``postgresql://``, ``http(s)://``, ``databricks``), but not a file store
+    (``file:`` or a folder: MLflow's registry gives both to its ``FileStore``,
+    ``mlflow/tracking/_tracking_service/utils.py``) unless ``MLFLOW_ALLOW_FILE_STORE`` says so;
+    ``databricks``, ``databricks-uc`` and ``uc`` are stores by name (``mlflow/tracking/registry.py``)."""
+    key = key or "logger.tracking_uri"
+    if not isinstance(uri, str) or not uri.strip():
+        return f"{key} must be a tracking URI (sqlite:///path.db, http(s)://host), got {shown(uri)}."
+    scheme = uri if uri in NAMED_STORES else urlparse(uri).scheme
+    if (len(scheme) > 1 and scheme != "file") or allows_file_store():  # one letter: a Windows drive
+        return None
+    return (f"{key}={uri} is an MLflow file store, which MLflow 3 no longer writes to (its "
+            f"filesystem backend is in maintenance mode) unless MLFLOW_ALLOW_FILE_STORE=true is set; "
+            f"give a database instead, e.g. {key}=sqlite:///outputs/mlflow.db (`mlflow "
+            f"migrate-filestore` moves an existing store into one), or a tracking server's http(s):// URI.")
+
+
+def artifact_location(tracking_uri: str) -> str | None:
+    """Where a new experiment keeps its runs' files: for a SQLite store, ``mlflow-artifacts/``
+    beside the database (``outputs/mlflow-artifacts`` for the default), not MLflow's default
+    ``./mlruns`` in whatever folder ``train.py`` runs from; ``None`` (MLflow's or the server's
+    choice) for any other store."""
+    if not tracking_uri.startswith("sqlite:///") or tracking_uri.endswith(":memory:"):
+        return None
+    database = Path(tracking_uri.removeprefix("sqlite:///").split("?")[0])
+    return (database.parent / "mlflow-artifacts").resolve().as_uri()
 
 
 def tracked(on_epoch_end, tracker):
@@ -162,22 +236,42 @@ class MLflowTracker:
     STATUSES = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 
     def __init__(self, tracking_uri: str = "sqlite:///outputs/mlflow.db", experiment: str = "topk"):
+        problem = tracking_uri_problem("tracking_uri", tracking_uri)
+        if problem:
+            raise ConfigError(problem)
         try:
             import mlflow
         except ImportError:
             raise ConfigError("logger=mlflow needs MLflow, which is not installed; pip install "
                               "'topk[track]' (mlflow-skinny), or leave out logger=mlflow.") from None
         self.mlflow, self.tracking_uri, self.experiment = mlflow, tracking_uri, experiment
+        self.history: list[dict] = []
 
     def start(self, name: str, params: Mapping) -> None:
         self.mlflow.set_tracking_uri(self.tracking_uri)
+        if self.mlflow.get_experiment_by_name(self.experiment) is None:
+            try:
+                self.mlflow.create_experiment(self.experiment, artifact_location(self.tracking_uri))
+            except self.mlflow.exceptions.MlflowException:  # another job of the sweep created it first
+                if self.mlflow.get_experiment_by_name(self.experiment) is None:
+                    raise
         self.mlflow.set_experiment(self.experiment)
         self.mlflow.start_run(run_name=name)
         self.mlflow.log_params({key: str(value) for key, value in params.items()})
 
     def log(self, row: Mapping) -> None:
-        """One epoch's numbers (``row["epoch"]`` the step)."""
+        """One epoch's numbers (``row["epoch"]`` the step), kept for the history artefact."""
+        self.history.append(dict(row))
         self.mlflow.log_metrics(numbers(row), step=int(row["epoch"]))
+
+    def log_record(self, record: Mapping) -> None:
+        """The ended run's ``record`` as the artefact ``results.json`` (strict JSON, as the run's
+        own file, :func:`topk.records.write_json_atomic`) and the epochs this tracker was told as
+        ``history.csv`` (the run's columns; after a resume, the epochs trained since)."""
+        text = json.dumps(strict_json(record), indent=2, allow_nan=False) + "\n"
+        self.mlflow.log_text(text, "results.json")
+        if self.history:
+            self.mlflow.log_text(pd.DataFrame(self.history).to_csv(index=False), "history.csv")
 
     def finish(self, status: str, metrics: Mapping[str, float]) -> None:
         """End the MLflow run with the run's ``status`` (completed, failed, interrupted)."""

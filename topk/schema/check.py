@@ -24,7 +24,7 @@ from topk.errors import ConfigError
 from topk.schema.groups import OPTIONAL_TOP_LEVEL, TrainSchema
 from topk.schema.rules import rule_of
 
-GROUPS = ("trainer", "dataset", "model", "loss", "augment", "optim", "schedule")
+GROUPS = ("trainer", "dataset", "model", "loss", "augment", "optim", "schedule", "logger")
 
 
 def check_config(cfg: DictConfig) -> None:

@@ -459,10 +459,18 @@ class PlateauSchema:
 
 # ---- logger (topk/trackers.py) --------------------------------------------------------------------
 
+def tracking_uri_problem(key: str, value: Any) -> str | None:
+    """MLflow's tracking URI as :func:`topk.trackers.tracking_uri_problem` checks it (a file store
+    refused in one sentence before the run starts), imported when a config names MLflow."""
+    from topk.trackers import tracking_uri_problem as problem
+
+    return problem(key or "logger.tracking_uri", value)
+
+
 @dataclass
 class MLflowSchema:
     _target_: str = target()
-    tracking_uri: str = text("a tracking URI (sqlite:///path.db, http(s)://host)")
+    tracking_uri: str = checked("a tracking URI (sqlite:///path.db, http(s)://host)", tracking_uri_problem)
     experiment: str = text("an experiment name")
 
 
