@@ -12,10 +12,14 @@ import torch
 
 from topk.distributed import Distributed
 from topk.errors import ConfigError, NonFiniteLossError
-from topk.schema.check import EARLY_STOPPING_NEEDS_A_METRIC
 
 if TYPE_CHECKING:
     from topk.engine import FitSettings
+
+EARLY_STOPPING_NEEDS_A_METRIC = (
+    "trainer.early_stopping_patience={} stops when the selection metric stops improving, and "
+    "trainer.selection_metric is last; choose a validation metric (trainer.selection_metric=val/top1) "
+    "or trainer.early_stopping_patience=null.")
 
 
 def metric_names(ks: list[int], groups=(), average_k: bool = True) -> list[str]:

@@ -53,12 +53,6 @@ def config_problem(cfg: DictConfig) -> str | None:
     return combination_problem(cfg)
 
 
-EARLY_STOPPING_NEEDS_A_METRIC = (
-    "trainer.early_stopping_patience={} stops when the selection metric stops improving, and "
-    "trainer.selection_metric is last; choose a validation metric (trainer.selection_metric=val/top1) "
-    "or trainer.early_stopping_patience=null.")
-
-
 def combination_problem(cfg: DictConfig) -> str | None:
     """One sentence for values that are valid alone but not together (early stopping without a
     selection metric to follow), or ``None``."""
@@ -67,6 +61,9 @@ def combination_problem(cfg: DictConfig) -> str | None:
         return None
     patience = trainer.get("early_stopping_patience")
     if patience is not None and trainer.get("selection_metric") == "last":
+        # the engine's sentence; its module imports torch, so only on a refusal
+        from topk.fit_checks import EARLY_STOPPING_NEEDS_A_METRIC
+
         return EARLY_STOPPING_NEEDS_A_METRIC.format(patience)
     return None
 
