@@ -157,3 +157,17 @@ def test_wandb_offline_gets_one_run_per_run_with_its_config_summary_and_exit_cod
     offline = sorted((tmp_path / "wb" / "wandb").glob("offline-run-*/run-*.wandb"))
     assert len(offline) == 2 and all(path.stat().st_size > 0 for path in offline)
 
+
+
+def test_the_kept_record_ends_as_the_runs_own_file_does():
+    """The status and error that topk.run_session.end_record writes, for each way a run ends."""
+    from topk.stopping import RunInterrupted
+    from topk.trackers import ended
+
+    record = {"status": "running", "error": None, "provenance": {"started_utc": "2026-11-27T00:00:00Z"}}
+    assert ended(record, "completed")["error"] is None and ended(record, "completed")["status"] == "completed"
+    assert ended(record, "failed", ValueError("no data"))["error"] == "ValueError: no data"
+    assert ended(record, "interrupted", RunInterrupted(3))["error"] == "interrupted; resume continues after epoch 3"
+    assert ended(record, "interrupted", KeyboardInterrupt())["error"] == "interrupted; resume continues after epoch 0"
+    assert ended(record, "failed")["provenance"]["started_utc"] == "2026-11-27T00:00:00Z"
+    assert record["status"] == "running" and "ended_utc" not in record["provenance"]  # the run's own is left as it is

@@ -40,6 +40,7 @@ from topk.errors import ConfigError
 from topk.records import strict_json, tensorboard_dir, utc_now
 from topk.run_dir import HARMLESS_KEYS, override_key
 from topk.schema.rules import shown
+from topk.stopping import RunInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,10 @@ def tracking(tracker, name: str, record: dict, on_epoch_end=None) -> Iterator:
 def ended(record: Mapping, status: str, stop: BaseException | None = None) -> dict:
     """``record`` as the run ends with ``status``: what :func:`topk.run_session.end_record` then
     writes to ``results.json`` (the status, the error's sentence, the end time)."""
-    error = None if stop is None else str(stop) if isinstance(stop, KeyboardInterrupt) else f"{type(stop).__name__}: {stop}"
+    if isinstance(stop, KeyboardInterrupt):  # a stop before training resumes from epoch 0, as there
+        error = str(stop if isinstance(stop, RunInterrupted) else RunInterrupted(0))
+    else:
+        error = None if stop is None else f"{type(stop).__name__}: {stop}"
     provenance = {**record.get("provenance", {}), "ended_utc": utc_now()}
     return {**record, "status": status, "error": error, "provenance": provenance}
 
