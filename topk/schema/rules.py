@@ -104,6 +104,11 @@ def choice(*options: str, null: str | None = None) -> Any:
     return _field(_or_null(f"one of {', '.join(options)}", lambda value: value in options, null))
 
 
+def target() -> Any:
+    """A ``_target_``: the dotted path of the class or function an option builds."""
+    return text("the dotted path of a class or function")
+
+
 def text(what: str = "a text", *, null: str | None = None) -> Any:
     """Any text (a path, a name); ``what`` says which."""
     return _field(_or_null(what, lambda value: isinstance(value, str) and value != "", null))
