@@ -59,7 +59,7 @@ def fresh_compiler():
 def build_loss(name: str):
     """The loss of ``conf/loss/<name>.yaml`` as ``train.py`` builds it (k = 5), for CLASSES classes."""
     node = compose_config([f"loss={name}"]).loss
-    splits = SimpleNamespace(class_counts=[3 * c + 2 for c in range(CLASSES)], num_classes=CLASSES)
+    splits = builder.DataFacts(CLASSES, [3 * c + 2 for c in range(CLASSES)])
     return instantiate(node, **builder.data_arguments(node, splits))
 
 

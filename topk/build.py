@@ -83,6 +83,7 @@ class DataFacts:
 
     num_classes: int
     class_counts: list[int] | None = None
+    input_shape: tuple[int, ...] | None = None  # one sample's shape: (3, 32, 32) for images, (2,) for vectors
 
 
 def seed_everything(seed: int) -> None:
