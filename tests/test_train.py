@@ -176,7 +176,8 @@ def test_tensorboard_names_a_run_by_its_overrides_and_a_resume_keeps_the_folder(
     events = EventAccumulator(str(folder))
     events.Reload()
     # each session wrote its own events file in the folder; files started in the same second are
-    # read in the order of their process ids, so compare the steps as a set of each epoch once
+    # read in the order of their names, whose last part, a counter, sorts as text ("10" before
+    # "9"): compare the steps as each epoch once
     assert sorted(event.step for event in events.Scalars("train/loss")) == [1, 2, 3, 4]
 
 
