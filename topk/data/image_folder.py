@@ -109,7 +109,7 @@ def own_image_splits(splits: Sequence[ImageFileSplit | None], classes: list[str]
                      settings: dict, mean, std, split_seed: int, check_images: bool) -> ImageFileSplits:
     """The checked :class:`ImageFileSplits` of a data set without a paper protocol: ``splits``
     (train, val or None, test) held to :func:`topk.data.images.check_splits`, the transforms'
-    ``settings`` (image_size, resize_size, train_crop), and ``mean`` / ``std`` as given or, where
+    ``settings`` (image_size, resize_size, train_crop, decoder), and ``mean`` / ``std`` as given or, where
     null, computed from the training split (:func:`image_statistics`, drawn with ``split_seed``)."""
     train, val, test = splits
     check_splits([train, val, test], classes, f"the training split read from {sources['train']}", check_images)
@@ -136,6 +136,7 @@ def image_folder(
     mean: Sequence[float] | None = list(IMAGENET_MEAN),  # a list, as the YAML gives it; never changed
     std: Sequence[float] | None = list(IMAGENET_STD),
     check_images: bool = True,
+    decoder: str = "auto",
 ) -> ImageFileSplits:
     """A user's ImageFolder tree: ``<root>/{train,val,test}/<class>/*`` or ``<root>/<class>/*``.
 
@@ -154,6 +155,9 @@ def image_folder(
         Normalisation statistics (fractions of 255); None: computed from the training split.
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
+    decoder : str
+        ``auto`` (JPEGs by torchvision's ``decode_jpeg``, other files and what it refuses by PIL)
+        or ``pil`` (every file by PIL): :mod:`topk.data.decoding`.
     """
     root = Path(root).expanduser()
     if not root.is_dir():
@@ -170,5 +174,6 @@ def image_folder(
     sources = {"train": str(folders["train"])}
     for name, fraction in (("val", val_fraction), ("test", test_fraction)):
         sources[name] = f"{folders['train']} (held out)" if fraction is not None else str(folders.get(name))
-    settings = {"image_size": image_size, "resize_size": resize_size, "train_crop": train_crop}
+    settings = {"image_size": image_size, "resize_size": resize_size, "train_crop": train_crop,
+                "decoder": decoder}
     return own_image_splits(splits, classes, sources, settings, mean, std, split_seed, check_images)

@@ -112,6 +112,7 @@ def imagenet(
     ten_crop: bool = False,
     marginal_k: int = 5,
     check_images: bool = True,
+    decoder: str = "auto",
 ) -> ImageFileSplits:
     """ImageNet splits: balanced held-out validation, balanced training subset, official val as test.
 
@@ -137,6 +138,9 @@ def imagenet(
         (B18 App. C); validation stays on one centre crop, as B18's code selects its model.
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
+    decoder : str
+        ``auto`` (JPEGs by torchvision's ``decode_jpeg``, other files and what it refuses by PIL)
+        or ``pil`` (every file by PIL): :mod:`topk.data.decoding`.
     """
     root = Path(root).expanduser()
     train_dir, test_dir = _locate(root)
@@ -155,7 +159,7 @@ def imagenet(
     return ImageFileSplits(
         train=train, val=val, test=test, num_classes=num_classes,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        train_crop=train_crop, ten_crop=ten_crop, marginal_k=marginal_k,
+        train_crop=train_crop, ten_crop=ten_crop, marginal_k=marginal_k, decoder=decoder,
         class_names=_class_names(root, wnids),
         sources={"train": str(train_dir), "val": f"{train_dir} (held out)", "test": str(test_dir)},
     )

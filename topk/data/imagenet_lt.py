@@ -69,6 +69,7 @@ def imagenet_lt(
     resize_size: int = 256,
     train_crop: str = "resize_then_random",
     check_images: bool = True,
+    decoder: str = "auto",
 ) -> ImageFileSplits:
     """ImageNet-LT's train / validation / test lists over an ImageNet root.
 
@@ -87,6 +88,9 @@ def imagenet_lt(
         ``image_size`` crop; B18 §5.2) or ``random_resized`` (``RandomResizedCrop``).
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
+    decoder : str
+        ``auto`` (JPEGs by torchvision's ``decode_jpeg``, other files and what it refuses by PIL)
+        or ``pil`` (every file by PIL): :mod:`topk.data.decoding`.
     """
     root = Path(root).expanduser()
     lists_root = Path(lists_root).expanduser() if lists_root else root
@@ -116,6 +120,6 @@ def imagenet_lt(
     return ImageFileSplits(
         train=splits["train"], val=splits["val"], test=splits["test"], num_classes=num_classes,
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        train_crop=train_crop, class_groups=shot_groups(counts),
+        train_crop=train_crop, class_groups=shot_groups(counts), decoder=decoder,
         sources={name: str(lists_root / file) for name, file in LIST_FILES.items()},
     )

@@ -36,6 +36,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from topk.data.batches import epoch_seed
+from topk.data.decoding import DECODERS, decode_file
 from topk.data.splits import DataSplits, refuse_untrained_classes
 from topk.distributed import SINGLE_PROCESS, Distributed, epoch_order, local_batch_size, shard_size
 from topk.errors import ConfigError, DataError
@@ -48,23 +49,32 @@ TRAIN_CROPS = ("resize_then_random", "random_resized")  # dataset.train_crop
 
 @dataclass
 class ImageFileSplit:
-    """One split of an image data set on disk: ``paths[i]`` has label ``y[i]``."""
+    """One split of an image data set on disk: ``paths[i]`` has label ``y[i]``; ``decoder``
+    (``dataset.decoder``, :mod:`topk.data.decoding`) decodes its files."""
 
     paths: list[str]
     y: torch.Tensor
+    decoder: str = field(default="auto", kw_only=True)
 
     def __len__(self) -> int:
         return len(self.y)
 
     def subset(self, positions: torch.Tensor) -> ImageFileSplit:
         """The images at ``positions``, in that order."""
-        return ImageFileSplit([self.paths[i] for i in positions.tolist()], self.y[positions].clone())
+        return ImageFileSplit([self.paths[i] for i in positions.tolist()], self.y[positions].clone(),
+                              decoder=self.decoder)
 
     def open(self, index: int) -> Image.Image:
         """Image ``index``, opened by PIL (decoded lazily); ``paths[index]`` names it in errors.
         A split whose images are not files (:class:`topk.data.torchvision_sets.DatasetSplit`)
         overrides this."""
         return Image.open(self.paths[index])
+
+    def decode(self, index: int):
+        """Image ``index`` decoded to RGB by ``self.decoder``: a PIL image (``pil``) or a uint8
+        ``[3, H, W]`` tensor (``auto``), which the transforms take alike
+        (:func:`topk.data.decoding.decode_file`); a broken file raises its decoder's error."""
+        return decode_file(self.paths[index], lambda: self.open(index), self.decoder)
 
 
 @dataclass
@@ -78,7 +88,9 @@ class ImageFileSplits(DataSplits):
     per image, combined through B18's top-``marginal_k`` marginal probabilities (Appendix C), and
     the validation split on one centre crop as B18's code selects its model (B18 §5.2: "At test
     time, we use the standard ten-crop procedure");
-    ``class_names``: readable class names where the data set has them.
+    ``class_names``: readable class names where the data set has them; ``decoder``: how the
+    splits' files are decoded (``dataset.decoder``, :data:`topk.data.decoding.DECODERS`), set on
+    each split here.
     """
 
     image_size: int = 224
@@ -87,9 +99,15 @@ class ImageFileSplits(DataSplits):
     ten_crop: bool = False
     marginal_k: int = 5
     class_names: list[str] = field(default_factory=list)
+    decoder: str = "auto"
 
     def __post_init__(self):
         super().__post_init__()
+        if self.decoder not in DECODERS:
+            raise ConfigError(f"dataset.decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}.")
+        for split in (self.train, self.val, self.test):
+            if isinstance(split, ImageFileSplit):
+                split.decoder = self.decoder
         for name, key in (("image_size", "image_size"), ("resize_size", "dataset.resize_size")):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -127,6 +145,7 @@ class ImageFileSplits(DataSplits):
             steps.append(v2.CenterCrop(self.image_size))
         if training and flip:
             steps.append(v2.RandomHorizontalFlip())
+        # PILToTensor turns a PIL image (decoder=pil) into a tensor and passes a tensor as it is
         return v2.Compose([v2.PILToTensor(), *steps])
 
 
@@ -234,8 +253,8 @@ def check_image_files(splits: Sequence[ImageFileSplit | None], workers: int = 16
 
 
 class ImageFileDataset(Dataset):
-    """Decode ``split.paths[index]`` to RGB and apply ``transform``, seeding the transform's
-    random draws with the sample seed the sampler hands over with the index."""
+    """Decode ``split.paths[index]`` to RGB (:meth:`ImageFileSplit.decode`) and apply ``transform``,
+    seeding the transform's random draws with the sample seed the sampler hands over with the index."""
 
     def __init__(self, split: ImageFileSplit, transform):
         self.split = split
@@ -248,8 +267,7 @@ class ImageFileDataset(Dataset):
         index, sample_seed = index_and_seed
         path = self.split.paths[index]
         try:
-            with self.split.open(index) as image:
-                image = image.convert("RGB")
+            image = self.split.decode(index)
         except Exception as error:  # PIL raises several types for broken files
             raise DataError(
                 f"image {path} cannot be decoded ({type(error).__name__}: {error}); "

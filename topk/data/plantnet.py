@@ -37,6 +37,7 @@ def plantnet(
     resize_size: int = 256,
     train_crop: str = "resize_then_random",
     check_images: bool = True,
+    decoder: str = "auto",
 ) -> ImageFileSplits:
     """Pl@ntNet-300K's official train / validation / test splits (1,081 species).
 
@@ -53,6 +54,9 @@ def plantnet(
         ``image_size`` crop; B18 §5.2) or ``random_resized`` (``RandomResizedCrop``).
     check_images : bool
         Open every image's header before training so that a broken file stops the run early.
+    decoder : str
+        ``auto`` (JPEGs by torchvision's ``decode_jpeg``, other files and what it refuses by PIL)
+        or ``pil`` (every file by PIL): :mod:`topk.data.decoding`.
     """
     root = Path(root).expanduser()
     folders = {name: root / "images" / name for name in SPLITS}
@@ -69,6 +73,6 @@ def plantnet(
     return ImageFileSplits(
         train=splits["train"], val=splits["val"], test=splits["test"], num_classes=len(species),
         mean=IMAGENET_MEAN, std=IMAGENET_STD, image_size=image_size, resize_size=resize_size,
-        train_crop=train_crop, class_names=names,
+        train_crop=train_crop, class_names=names, decoder=decoder,
         sources={name: str(folder) for name, folder in folders.items()},
     )

@@ -58,6 +58,12 @@ class DatasetSplit(ImageFileSplit):
     def open(self, index: int):
         return self.dataset[self.positions[index]][0]
 
+    def decode(self, index: int):
+        """Image ``index`` as the data set gives it (a PIL image, read by its own loader), in RGB:
+        its items are no files of ours, so ``dataset.decoder`` does not apply."""
+        with self.open(index) as image:
+            return image.convert("RGB")
+
     def subset(self, positions: torch.Tensor) -> DatasetSplit:
         chosen = positions.tolist()
         return DatasetSplit([self.paths[i] for i in chosen], self.y[positions].clone(), self.dataset,

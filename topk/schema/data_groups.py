@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from topk.data.decoding import DECODERS
 from topk.data.torchvision_sets import CLASSIFICATION as TORCHVISION_CLASSIFICATION
 from topk.schema.rules import anything, choice, flag, is_number, number, target, text, whole
 
@@ -57,6 +58,7 @@ class ImageFolderSchema(DatasetSchema):
     resize_size: int = whole(1)
     train_crop: str = choice("resize_then_random", "random_resized")
     check_images: bool = flag()
+    decoder: str = choice(*DECODERS)
 
 
 @dataclass
@@ -101,7 +103,10 @@ class OwnImagesSchema(DatasetSchema):
 
 @dataclass
 class OwnImageFolderSchema(OwnImagesSchema):
-    """``dataset=image_folder`` (topk/data/image_folder.py)."""
+    """``dataset=image_folder`` (topk/data/image_folder.py); ``dataset=torchvision`` has no
+    ``decoder``: its images come from the data set's own loader."""
+
+    decoder: str = choice(*DECODERS)
 
 
 @dataclass
