@@ -17,7 +17,10 @@ of 256×256 by default; smooth random colour fields with a little noise, so the 
 photo-like sizes rather than the size of pure noise) read by ``torchvision.datasets.ImageFolder``
 with the usual ImageNet training transform (``RandomResizedCrop(224)``,
 ``RandomHorizontalFlip()``, ``PILToTensor()``) through a ``DataLoader`` with 0 and 2 workers;
-the ratio is over 0 workers.
+the ratio is over 0 workers. The same tree through the project's own loader
+(:class:`topk.data.images.ImageBatches`, 2 workers, ``dataset.train_crop=random_resized``: decode,
+``PILToTensor``, ``RandomResizedCrop(224)``, flip) once per ``dataset.decoder`` (``pil``, and
+``auto``: torchvision's ``decode_jpeg``; :mod:`topk.data.decoding`).
 
 Method: every pipeline first runs one full warm-up epoch (worker start-up, caches), then
 ``--epochs`` timed full epochs; the pipelines take turns epoch by epoch, so all see the same
@@ -52,6 +55,13 @@ from torchvision import transforms
 from topk.bench.common import BENCH_OUT, available_cores, parser, write_outputs
 from topk.data.batches import TensorBatches
 from topk.data.cifar import CIFAR100_MEAN, CIFAR100_STD
+from topk.data.images import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    ImageBatches,
+    ImageFileSplits,
+    read_class_folders,
+)
 from topk.data.reference import PerImageCifar, per_image_transform
 from topk.data.splits import TensorSplit
 from topk.data.transforms import Compose, Cutout, Normalize, RandomCropFlip
@@ -170,6 +180,15 @@ def imagefolder_pipelines(root: Path, batch_size: int, threads: int) -> list[Pip
                             generator=torch.Generator().manual_seed(0))
         pipelines.append(Pipeline("imagefolder", "ImageFolder JPEG (PIL + torchvision)", workers,
                                   threads, loader, is_reference=workers == 0))
+    for decoder in ("pil", "auto"):  # a split each: ImageFileSplits sets its decoder on its splits
+        classes, splits = read_class_folders({"train": root}, "benchmark JPEG tree", str(root))
+        data = ImageFileSplits(train=splits["train"], val=None, test=splits["train"], num_classes=len(classes),
+                               mean=IMAGENET_MEAN, std=IMAGENET_STD, train_crop="random_resized",
+                               decoder=decoder)
+        batches = ImageBatches(data.train, batch_size, shuffle=True, seed=0, num_workers=2,
+                               image_transform=data.image_transform(True, random_crop=True, flip=True))
+        pipelines.append(Pipeline("imagefolder", f"ImageBatches JPEG (dataset.decoder={decoder})", 2,
+                                  threads, batches))
     return pipelines
 
 
@@ -260,7 +279,8 @@ def markdown(rows: list[dict], settings: dict, verdict: str) -> str:
             f"ImageFolder: {jpeg['classes']} classes × {jpeg['per_class']} JPEGs of "
             f"{jpeg['size']}×{jpeg['size']} ({jpeg['mean_file_kib']:.0f} KiB on average), "
             f"batch {jpeg['batch_size']}, RandomResizedCrop(224) → RandomHorizontalFlip → "
-            f"PILToTensor."
+            f"PILToTensor; ImageBatches: decode (PIL or decode_jpeg) → PILToTensor → "
+            f"RandomResizedCrop(224) → RandomHorizontalFlip."
         )
     lines += [
         f"One warm-up epoch, then {settings['epochs']} timed epochs per pipeline, taken in turns.",
@@ -336,6 +356,9 @@ def main(argv=None) -> int:
             add_imagefolder(Path(temporary), args, threads, settings, pipelines)
         run_interleaved(pipelines, args.epochs)
         rows = result_rows(pipelines)
+        for pipeline in pipelines:  # ImageBatches' workers ignore SIGTERM: stop them as a run does
+            if isinstance(pipeline.batches, ImageBatches):
+                pipeline.batches.close()
         del pipelines[:]  # shut the persistent workers down before the folder goes
     settings["other_processes"] = other_processes_note(
         busy_before, own_before, run_started, settings["cores"]
