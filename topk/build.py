@@ -46,6 +46,7 @@ from topk.data.batches import LimitedBatches
 from topk.data.images import ImageBatches, ImageFileSplit, ImageFileSplits
 from topk.data.splits import stratified_indices
 from topk.data.transforms import Compose, Normalize
+from topk.data.workers import data_workers, resolve_workers
 from topk.engine import FitSettings, multi_crop_scores
 from topk.errors import ConfigError, TopkError
 from topk.losses.base import Loss
@@ -295,7 +296,7 @@ def batches_of_split(splits, split, name, trainer, seed, device, image_augment, 
             split, batch_size, shuffle=training, seed=seed, device=device,
             image_transform=image_augment.worker_transform(per_image) if training else per_image,
             device_transform=Compose(on_device, layout) if layout else on_device,
-            num_workers=int(trainer.num_workers), **shares,
+            num_workers=resolve_workers(trainer.num_workers), **shares,
         )
     transform = image_augment.train_transform(splits.input_shape, normalize) if training else normalize
     return TensorBatches(
@@ -338,7 +339,10 @@ def eval_scores(splits) -> dict:
 
 def fit_settings(trainer: DictConfig, ks: list[int], splits, record: dict, name: str) -> FitSettings:
     """``trainer.*`` as :func:`topk.engine.fit` takes it, for the run of ``record`` (checkpoints
-    remember its flat config) named ``name`` in TensorBoard."""
+    remember its flat config) named ``name`` in TensorBoard. The record's provenance gets the
+    decoding workers each of the run's image loaders has (``num_workers``, 0 for in-memory data:
+    :func:`topk.data.workers.data_workers`), ``trainer.num_workers: auto`` resolved."""
+    record["provenance"]["num_workers"] = data_workers(splits, trainer.num_workers)
     return FitSettings(
         epochs=int(trainer.epochs),
         ks=ks,

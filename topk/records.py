@@ -42,7 +42,9 @@ REQUIRED_KEYS = {
     "provenance": dict,
 }
 
-# the keys of a record's ``provenance``: where, when, from which code and by which command it ran
+# the keys of a record's ``provenance``: where, when, from which code and by which command it ran;
+# besides them, once the data is built, ``num_workers``: the image-decoding workers of each loader
+# (``topk.build.fit_settings``; records made before it, or runs stopped before, lack it)
 PROVENANCE_KEYS = (
     "git_commit", "git_dirty", "git", "host", "device", "gpu_name", "gpu_count", "world_size",
     "started_utc", "ended_utc", "command", "argv",
@@ -184,6 +186,9 @@ def validate_results(record: Mapping) -> None:
     missing = [key for key in PROVENANCE_KEYS if key not in record["provenance"]]
     if missing:
         raise ValueError(f"results.json provenance lacks the key {missing[0]!r}")
+    workers = record["provenance"].get("num_workers", 0)  # optional: records before it lack it
+    if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
+        raise ValueError("results.json provenance num_workers is not a whole number of at least 0")
     for split in ("val", "test"):
         for name, value in record[split].items():
             if not isinstance(value, (int, float, type(None))):

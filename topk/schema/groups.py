@@ -22,6 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from topk.data.workers import ALLOWED as WORKERS_ALLOWED
+from topk.data.workers import valid_setting as valid_workers
 from topk.schema.data_groups import (
     Cifar100Schema,
     CirclesSchema,
@@ -95,7 +97,7 @@ class TrainerSchema:
     channels_last: bool = flag()
     compile: bool = flag()
     limit_batches: int | None = whole(1, null="no limit")
-    num_workers: int = whole(0)
+    num_workers: Any = anything(WORKERS_ALLOWED, valid_workers)  # auto or a number: topk.data.workers
     distributed_backend: str = choice("auto", "nccl", "gloo")
     test_every_epoch: bool = flag()
 
