@@ -62,6 +62,7 @@ HARMLESS_KEYS = frozenset({
     "trainer.compile", "trainer.channels_last", "trainer.keep_checkpoints", "loss.compile", "trainer.test_every_epoch",
     "trainer.grad_nonzero",
     "data_root", "dataset.root", "dataset.lists_root", "dataset.check_images",
+    "dataset.decoder",  # the same pixels by either decoder (tests/test_decoding.py): how fast, not what
 })
 
 _MISSING = object()

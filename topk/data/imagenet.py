@@ -100,6 +100,20 @@ def train_and_validation(full: ImageFileSplit, val_per_class: int, train_size, n
     return train, val
 
 
+def _read_splits(train_dir: Path, test_dir: Path, val_per_class: int, train_size: int | None, split_seed: int):
+    """The class folders (wnids) and the training, validation and test splits of ImageNet's
+    folders; one sentence for an empty training folder or a class left without training images."""
+    wnids, train_samples = list_image_folder(train_dir)
+    if not train_samples:
+        raise ConfigError(f"ImageNet training folder {train_dir} holds no images; {_WHERE}.")
+    class_index = {wnid: index for index, wnid in enumerate(wnids)}
+    full = labelled_split(train_samples, class_index, str(train_dir))
+    test = labelled_split(list_image_folder(test_dir)[1], class_index, str(test_dir))
+    train, val = train_and_validation(full, val_per_class, train_size, len(wnids), split_seed)
+    refuse_untrained_classes(train.y, len(wnids), f"the training folder {train_dir}", wnids)
+    return wnids, train, val, test
+
+
 def imagenet(
     seed: int,
     root: str | Path,
@@ -144,16 +158,8 @@ def imagenet(
     """
     root = Path(root).expanduser()
     train_dir, test_dir = _locate(root)
-    wnids, train_samples = list_image_folder(train_dir)
-    if not train_samples:
-        raise ConfigError(f"ImageNet training folder {train_dir} holds no images; {_WHERE}.")
-    class_index = {wnid: index for index, wnid in enumerate(wnids)}
-    full = labelled_split(train_samples, class_index, str(train_dir))
-    test = labelled_split(list_image_folder(test_dir)[1], class_index, str(test_dir))
+    wnids, train, val, test = _read_splits(train_dir, test_dir, val_per_class, train_size, split_seed)
     num_classes = len(wnids)
-
-    train, val = train_and_validation(full, val_per_class, train_size, num_classes, split_seed)
-    refuse_untrained_classes(train.y, num_classes, f"the training folder {train_dir}", wnids)
     if check_images:
         check_image_files([train, val, test])
     return ImageFileSplits(

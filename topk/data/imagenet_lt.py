@@ -61,6 +61,20 @@ def shot_groups(class_counts: torch.Tensor) -> dict[str, list[int]]:
     }
 
 
+def refuse_untrained_evaluation(splits: dict, counts: torch.Tensor, lists_root: Path) -> None:
+    """One sentence if the val or test list holds a class the training list lacks (``counts``:
+    training images per class)."""
+    for name in ("val", "test"):
+        labels = splits[name].y
+        lacking = sorted({int(c) for c in labels.tolist() if c < 0 or c >= len(counts) or counts[c] == 0})
+        if lacking:
+            shown = ", ".join(map(str, lacking[:5])) + (", ..." if len(lacking) > 5 else "")
+            raise ConfigError(
+                f"{lists_root / LIST_FILES[name]} has {len(lacking)} class(es) that the training "
+                f"list lacks ({shown}); every evaluated class needs training images, so check the lists."
+            )
+
+
 def imagenet_lt(
     seed: int,
     root: str | Path,
@@ -106,15 +120,7 @@ def imagenet_lt(
     num_classes = int(train_labels.max()) + 1
     refuse_untrained_classes(train_labels, num_classes, str(lists_root / LIST_FILES["train"]))
     counts = torch.bincount(train_labels, minlength=num_classes)
-    for name in ("val", "test"):
-        labels = splits[name].y
-        lacking = sorted({int(c) for c in labels.tolist() if c < 0 or c >= num_classes or counts[c] == 0})
-        if lacking:
-            shown = ", ".join(map(str, lacking[:5])) + (", ..." if len(lacking) > 5 else "")
-            raise ConfigError(
-                f"{lists_root / LIST_FILES[name]} has {len(lacking)} class(es) that the training "
-                f"list lacks ({shown}); every evaluated class needs training images, so check the lists."
-            )
+    refuse_untrained_evaluation(splits, counts, lists_root)
     if check_images:
         check_image_files(list(splits.values()))
     return ImageFileSplits(
