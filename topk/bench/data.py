@@ -2,6 +2,8 @@
 
     python scripts/bench_data.py              # or: make bench-data
     python scripts/bench_data.py --quick      # a tiny run, to check that it works
+    python scripts/bench_data.py --step-rate 2500   # and the cores that feed a model training on
+                                                    # 2,500 images/s (make bench-epochs on the GPU)
 
 CIFAR-shaped data (random uint8 [N, 3, 32, 32], labels 0..99; N = 50,000 by default): the
 batched pipeline of training (``TensorBatches`` with ``Compose(RandomCropFlip(4, True),
@@ -37,6 +39,7 @@ use one each (``DataLoader``'s default). Writes ``outputs/bench/data.json`` and
 
 from __future__ import annotations
 
+import math
 import os
 import platform
 import statistics
@@ -243,6 +246,33 @@ def result_rows(pipelines: list[Pipeline]) -> list[dict]:
     return rows
 
 
+def cores_needed(rows: list[dict], step_rate: float) -> list[dict]:
+    """For each image-file pipeline with decoding workers: the images per second one worker
+    core delivers (the row's images/s over its workers), and the cores that keep up with a model
+    training on ``step_rate`` images per second: that many workers, plus one core for the
+    training loop (the rule of ``trainer.num_workers: auto``, :mod:`topk.data.workers`)."""
+    needed = []
+    for row in rows:
+        if row["benchmark"] != "imagefolder" or not row["workers"]:
+            continue
+        per_core = row["images_per_second"] / row["workers"]
+        needed.append({"pipeline": row["pipeline"], "images_per_second_per_core": per_core,
+                       "step_rate": step_rate, "cores": math.ceil(step_rate / per_core) + 1})
+    return needed
+
+
+def cores_markdown(needed: list[dict], cores: int) -> list[str]:
+    """The table of :func:`cores_needed`, and whether this machine has the cores."""
+    if not needed:
+        return []
+    lines = ["", f"Cores to keep up with a model training on {needed[0]['step_rate']:,.0f} images/s "
+             f"(`--step-rate`: `make bench-epochs` on the GPU at hand gives it), this machine having {cores}:",
+             "", "| pipeline | images/s per worker core | cores needed | enough here |", "|---|---:|---:|---|"]
+    lines += [f"| {row['pipeline']} | {row['images_per_second_per_core']:,.0f} | {row['cores']} | "
+              f"{'yes' if row['cores'] <= cores else 'no'} |" for row in needed]
+    return lines
+
+
 def markdown(rows: list[dict], settings: dict, verdict: str) -> str:
     lines = [
         "### Training images per second delivered (median over timed epochs)",
@@ -284,6 +314,7 @@ def markdown(rows: list[dict], settings: dict, verdict: str) -> str:
         )
     lines += [
         f"One warm-up epoch, then {settings['epochs']} timed epochs per pipeline, taken in turns.",
+        *cores_markdown(settings.get("cores_needed") or [], settings["cores"]),
         "",
         verdict,
     ]
@@ -304,6 +335,9 @@ def parse_args(argv=None):
     command.add_argument("--threads", type=int, default=None,
                          help="torch threads of the main process (default: cores available)")
     command.add_argument("--skip-imagefolder", action="store_true")
+    command.add_argument("--step-rate", type=float, default=None,
+                         help="images per second the model trains on (make bench-epochs on the GPU): "
+                              "the cores each image-file pipeline needs to keep up")
     command.add_argument("--out", type=Path, default=BENCH_OUT)
     args = command.parse_args(argv)
     if args.quick:
@@ -365,6 +399,8 @@ def main(argv=None) -> int:
     )
     print(settings["other_processes"], flush=True)
 
+    if args.step_rate:
+        settings["cores_needed"] = cores_needed(rows, args.step_rate)
     batched = next(r for r in rows if r["pipeline"].startswith("batched")
                    and r["threads"] == threads)
     met = batched["ratio_to_reference"] >= TARGET_RATIO
