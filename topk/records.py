@@ -44,7 +44,8 @@ REQUIRED_KEYS = {
 
 # the keys of a record's ``provenance``: where, when, from which code and by which command it ran;
 # besides them, once the data is built, ``num_workers``: the image-decoding workers of each loader
-# (``topk.build.fit_settings``; records made before it, or runs stopped before, lack it)
+# (``topk.build.fit_settings``; records made before it, or runs stopped before, lack it), and
+# ``job_slot`` for a job of a joblib sweep running several at once (``topk.job_share``)
 PROVENANCE_KEYS = (
     "git_commit", "git_dirty", "git", "host", "device", "gpu_name", "gpu_count", "world_size",
     "started_utc", "ended_utc", "command", "argv",
@@ -189,6 +190,10 @@ def validate_results(record: Mapping) -> None:
     workers = record["provenance"].get("num_workers", 0)  # optional: records before it lack it
     if not isinstance(workers, int) or isinstance(workers, bool) or workers < 0:
         raise ValueError("results.json provenance num_workers is not a whole number of at least 0")
+    slot = record["provenance"].get("job_slot", {"slot": 0, "jobs_at_once": 1, "cores": 1})  # optional
+    if not isinstance(slot, dict) or sorted(slot) != ["cores", "jobs_at_once", "slot"] \
+            or not all(isinstance(value, int) and not isinstance(value, bool) for value in slot.values()):
+        raise ValueError("results.json provenance job_slot is not {slot, jobs_at_once, cores} as whole numbers")
     for split in ("val", "test"):
         for name, value in record[split].items():
             if not isinstance(value, (int, float, type(None))):

@@ -19,6 +19,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from topk import distributed as dist_setup
+from topk import job_share
 from topk.distributed import Distributed, resolve_device
 from topk.errors import ConfigError
 from topk.locks import acquire_lock
@@ -162,7 +163,7 @@ def run_session(cfg: DictConfig, hydra_cfg: DictConfig, code_dir: Path, argv: li
     On exit the record gets its status, ``completed``, ``failed`` (the error's sentence) or
     ``interrupted`` (re-raised as :class:`~topk.stopping.RunInterrupted`, whose epoch a resume
     continues), and its end time; a completed run's checkpoints are pruned to
-    ``trainer.keep_checkpoints``; the lock goes however the run ends. Under torchrun every process
+    ``trainer.keep_checkpoints``; the lock (and a joblib sweep's job slot) goes however the run ends. Under torchrun every process
     enters; the directory is rank 0's (the others' Hydra output went to a scratch directory,
     :func:`topk.distributed.worker_argv`), and only rank 0 writes in it and holds its lock.
     ``argv`` and ``code_dir`` go into the record's provenance (the command, the git commit)."""
@@ -183,6 +184,7 @@ def run_session(cfg: DictConfig, hydra_cfg: DictConfig, code_dir: Path, argv: li
     try:
         yield from _locked_session(session, cfg, hydra_cfg)
     finally:
+        job_share.give_back()  # a joblib sweep's slot, if this job took one (start_processes)
         if lock is not None:
             lock.release()
 
@@ -200,7 +202,7 @@ def _locked_session(session: RunSession, cfg: DictConfig, hydra_cfg: DictConfig)
     try:
         if session.distributed.is_main:
             save_job_config(session.run_dir, cfg, hydra_cfg)
-        start_processes(session, cfg.trainer)
+        start_processes(session, cfg.trainer, hydra_cfg)
         if session.finished:
             log.info("%s holds a completed run without checkpoints/last.pt: its record is kept as it is",
                      session.run_dir)
@@ -223,12 +225,22 @@ def _locked_session(session: RunSession, cfg: DictConfig, hydra_cfg: DictConfig)
         log.info("completed: test %s; record in %s", top, session.run_dir / "results.json")
 
 
-def start_processes(session: RunSession, trainer: DictConfig) -> None:
+def start_processes(session: RunSession, trainer: DictConfig, hydra_cfg: DictConfig) -> None:
     """torchrun's process group and this process's device (:func:`topk.distributed.setup`), into
     ``session`` and the record's provenance; every process learns rank 0's run directory and
-    whether its run is already finished."""
-    session.distributed, session.device = dist_setup.setup(trainer.distributed_backend,
-                                                           resolve_device(trainer.device))
+    whether its run is already finished. A job of a joblib sweep running several at once first
+    takes its slot: a GPU for ``trainer.device=auto`` and a share of the cores
+    (:mod:`topk.job_share`)."""
+    device = resolve_device(trainer.device)
+    slot = None if dist_setup.from_environment().enabled else job_share.take_slot(hydra_cfg, torch.cuda.device_count())
+    if slot is not None:
+        if trainer.device == "auto" and slot.gpu is not None:
+            device = torch.device("cuda", slot.gpu)
+            torch.cuda.set_device(device)  # what code that names no index (cudnn, compile) uses
+        if not trainer.num_threads:
+            torch.set_num_threads(len(slot.cores))
+        session.record["provenance"]["job_slot"] = slot.provenance()
+    session.distributed, session.device = dist_setup.setup(trainer.distributed_backend, device)
     session.record["provenance"].update(device_provenance(session.device, session.distributed.world_size))
     run_dir, session.finished = session.distributed.broadcast((str(session.run_dir), session.finished))
     session.run_dir = Path(run_dir)
