@@ -1,7 +1,9 @@
 """``dataset.decoder`` (topk/data/decoding.py): ``auto`` (JPEGs by torchvision's ``decode_jpeg``)
 against ``pil`` (today's path, the reference) on tiny files of each kind: the same shapes, dtype,
 value range and (within JPEG decoders' agreement) values, the same seeded batches, and the same
-one-sentence errors for broken files."""
+one-sentence errors for broken files. ``device`` (batches decoded and cropped in the training
+process, on its device) gives ``auto``'s batches exactly on the CPU, and within a grey level on
+CUDA (run by the GPU checks)."""
 
 from __future__ import annotations
 
@@ -132,19 +134,18 @@ def test_a_broken_file_stops_with_the_same_sentence_on_both_decoders(tmp_path, c
     path = tmp_path / "broken.jpg"
     path.write_bytes(content)
     messages = {}
-    for decoder in ("auto", "pil"):
-        images = ImageFileDataset(ImageFileSplit([str(path)], torch.zeros(1, dtype=torch.int64), decoder=decoder),
-                                  v2.PILToTensor())
+    for decoder in ("auto", "pil", "device"):
+        split = ImageFileSplit([str(path)], torch.zeros(1, dtype=torch.int64), decoder=decoder)
         with pytest.raises(DataError) as failure:
-            images[(0, 0)]
+            next(iter(ImageBatches(split, 1, image_transform=v2.PILToTensor())))
         messages[decoder] = str(failure.value)
-    assert messages["auto"] == messages["pil"]
+    assert messages["auto"] == messages["pil"] == messages["device"]
     assert messages["auto"].startswith(f"image {path} cannot be decoded (") and "\n" not in messages["auto"]
     assert messages["auto"].endswith("; replace or delete it.")
 
 
 def test_an_unknown_decoder_is_refused_naming_the_valid_ones(tmp_path):
-    with pytest.raises(ConfigError, match=r"^dataset.decoder must be one of auto, pil, got 'turbo'.$"):
+    with pytest.raises(ConfigError, match=r"^dataset.decoder must be one of auto, pil, device, got 'turbo'.$"):
         tiny_splits(tmp_path, "turbo")
     for dataset in ("plantnet", "imagenet", "imagenet_lt", "image_folder"):
         assert compose_config([f"dataset={dataset}"]).dataset.decoder == "auto"
@@ -163,3 +164,64 @@ def test_reduced_size_decoding_would_change_the_crops():
     assert drafted.size == (400, 300)
     difference = (crop(drafted.convert("RGB")).float() - full.float()).abs().mean()
     assert 0.5 < difference < 1.0  # 0.71 grey levels with PIL 13.0
+
+
+def all_batches(splits: ImageFileSplits, training: bool, device="cpu", workers: int = 0, ten_crop: bool = False):
+    transform = splits.image_transform(training, random_crop=training, flip=training, ten_crop=ten_crop)
+    batches = ImageBatches(splits.train, 3, shuffle=training, seed=4, device=device, image_transform=transform,
+                           num_workers=workers)
+    batches.set_epoch(2)
+    try:
+        return [(images.cpu(), labels.cpu()) for images, labels in batches]
+    finally:
+        batches.close()
+
+
+@pytest.mark.parametrize(("training", "ten_crop", "workers", "train_crop"), [
+    (True, False, 0, "random_resized"), (True, False, 2, "resize_then_random"),
+    (False, False, 0, "random_resized"), (False, True, 0, "random_resized")])
+def test_device_decoding_gives_autos_batches_exactly_on_the_cpu(tmp_path, training, ten_crop, workers, train_crop):
+    """JPEGs (RGB, grey, CMYK) decoded a batch at a time in the training process, a PNG by the
+    worker: the same seeded crops, flips and labels as ``auto``, bit for bit."""
+    found = {}
+    for decoder in ("auto", "device"):
+        splits = tiny_splits(tmp_path / decoder, decoder)
+        splits.train_crop = train_crop
+        found[decoder] = all_batches(splits, training, workers=workers, ten_crop=ten_crop)
+    assert len(found["auto"]) == len(found["device"]) == 3
+    for (auto, labels), (device, device_labels) in zip(found["auto"], found["device"]):
+        assert torch.equal(auto, device) and torch.equal(labels, device_labels)
+
+
+def test_a_jpeg_the_batch_decoder_refuses_is_decoded_alone(tmp_path, monkeypatch):
+    """Where one JPEG of a batch makes ``decode_jpeg`` raise, the others are decoded alone and that
+    one as under ``auto``: the batch is still ``auto``'s."""
+    splits = tiny_splits(tmp_path / "device", "device", kinds=("rgb.jpg",))
+    reference = all_batches(tiny_splits(tmp_path / "auto", "auto", kinds=("rgb.jpg",)), training=False)
+    real, first_call = decoding.jpeg_decoder(), []
+
+    def refusing(data, mode, device="cpu"):
+        if isinstance(data, list) and not first_call:
+            first_call.append(True)
+            raise RuntimeError("a JPEG nvJPEG does not read")
+        return real[0](data, mode=mode, device=device)
+
+    monkeypatch.setattr(decoding, "jpeg_decoder", lambda: (refusing, real[1]))
+    found = all_batches(splits, training=False)
+    assert first_call and all(torch.equal(a[0], b[0]) for a, b in zip(found, reference))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (the GPU checks run it)")
+def test_device_decoding_on_cuda_is_autos_within_a_grey_level_and_seeded(tmp_path):
+    """nvJPEG and the GPU's resize against libjpeg-turbo and the CPU's: the same shapes and
+    labels, uint8 on the GPU, a mean difference under a grey level; the same batches twice."""
+    cpu = all_batches(tiny_splits(tmp_path / "auto", "auto", kinds=("rgb.jpg", "grey.jpg")), training=True)
+    splits = tiny_splits(tmp_path / "device", "device", kinds=("rgb.jpg", "grey.jpg"))
+    transform = splits.image_transform(True, random_crop=True, flip=True)
+    first = next(iter(ImageBatches(splits.train, 3, shuffle=True, seed=4, device="cuda", image_transform=transform)))
+    assert first[0].device.type == "cuda" and first[0].dtype == torch.uint8
+    gpu = all_batches(splits, training=True, device="cuda")
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(gpu, all_batches(splits, training=True, device="cuda")))
+    for (auto, labels), (device, device_labels) in zip(cpu, gpu):
+        assert auto.shape == device.shape and torch.equal(labels, device_labels)
+        assert (auto.float() - device.float()).abs().mean() <= 1.0

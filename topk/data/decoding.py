@@ -1,4 +1,4 @@
-"""Image files decoded to RGB for the crops (``dataset.decoder``: ``auto`` or ``pil``).
+"""Image files decoded to RGB for the crops (``dataset.decoder``: ``auto``, ``pil`` or ``device``).
 
 ``pil``: every file through PIL (``Image.open(path).convert("RGB")``), as torchvision's
 ``ImageFolder`` loader does (``torchvision.datasets.folder.pil_loader``).
@@ -15,6 +15,15 @@ broken image stops the run with the same sentence under both decoders
 (:class:`topk.data.images.ImageFileDataset`). Both decoders apply no EXIF orientation, as
 ``Image.open`` applies none. torchvision 0.29 marks its image decoders deprecated in favour of
 TorchCodec; ``auto`` silences that warning and falls back to PIL once they are removed.
+
+``device``: the decoding workers only read each JPEG's bytes (:func:`jpeg_bytes`); the training
+process decodes a batch of them with one ``decode_jpeg(list, device=...)`` call on the run's device
+(nvJPEG's batched decoder on a GPU; libjpeg-turbo on a CPU, where it gives ``auto``'s pixels) and
+crops them there (:func:`decode_batch`, :class:`topk.data.images.ImageFileDataset`). Files that
+are no JPEG are decoded by the workers as under ``auto``; a JPEG the device refuses is decoded by
+the training process as under ``auto``, so a broken one stops the run with the same sentence.
+It moves the decoding from the worker cores to the GPU where those are too few to feed it
+(``make bench-data --decode-on cuda`` measures both).
 
 Agreement, measured by ``tests/test_decoding.py``: on JPEGs written by PIL (RGB, grey, CMYK)
 ``decode_jpeg`` with torchvision 0.29.1 and PIL 13.0 gave bit-identical pixels here (Pillow's wheels
@@ -43,7 +52,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-DECODERS = ("auto", "pil")  # dataset.decoder
+DECODERS = ("auto", "pil", "device")  # dataset.decoder
 JPEG_START = b"\xff\xd8\xff"
 # the start of torchvision 0.29's warning on each call of its image decoders
 _DEPRECATION = "The image decoding and encoding capabilities of TorchVision are deprecated"
@@ -98,8 +107,9 @@ def read_jpeg(path: str) -> torch.Tensor | None:
 
 def decode_file(path: str, open_image, decoder: str):
     """Image file ``path`` decoded to RGB by ``decoder`` (:data:`DECODERS`): under ``pil`` the PIL
-    image, under ``auto`` a uint8 ``[3, H, W]`` tensor (``decode_jpeg`` for JPEGs, PIL for the
-    rest and as the fallback). ``open_image()`` opens it with PIL (``ImageFileSplit.open``)."""
+    image, under ``auto`` (and ``device``, decoding one file here) a uint8 ``[3, H, W]`` tensor
+    (``decode_jpeg`` for JPEGs, PIL for the rest and as the fallback). ``open_image()`` opens it
+    with PIL (``ImageFileSplit.open``)."""
     if decoder == "pil":
         return pil_rgb(open_image())
     pixels = read_jpeg(path)
@@ -108,3 +118,41 @@ def decode_file(path: str, open_image, decoder: str):
     from torchvision.transforms.v2.functional import pil_to_tensor
 
     return pil_to_tensor(pil_rgb(open_image()))
+
+
+def jpeg_bytes(path: str) -> bytes | None:
+    """The bytes of file ``path`` when it is a JPEG (by its first bytes) and torchvision decodes
+    JPEGs, for :func:`decode_batch`; else None (the worker decodes it as under ``auto``)."""
+    if jpeg_decoder() is None:
+        return None
+    with open(path, "rb") as file:
+        data = file.read()
+    return data if data.startswith(JPEG_START) else None
+
+
+def decode_batch(items: list, device: torch.device, decode_one) -> list[torch.Tensor]:
+    """The RGB uint8 ``[3, H, W]`` images of a batch on ``device``: ``items[i]`` is a JPEG's bytes
+    (:func:`jpeg_bytes`), decoded with the batch's other JPEGs by one ``decode_jpeg`` call there,
+    or pixels a worker decoded (a uint8 array), moved there. Where ``decode_jpeg`` refuses the
+    batch, each JPEG is tried alone and one it refuses is decoded by ``decode_one(i)`` (the
+    ``auto`` path, which raises PIL's error for a broken file)."""
+    decode_jpeg, rgb = jpeg_decoder() or (None, None)
+    images: list = [torch.from_numpy(item).to(device) if not isinstance(item, bytes) else None for item in items]
+    jpegs = [i for i, item in enumerate(items) if isinstance(item, bytes)]
+    data = [torch.frombuffer(bytearray(items[i]), dtype=torch.uint8) for i in jpegs]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_DEPRECATION)
+        try:
+            decoded = decode_jpeg(data, mode=rgb, device=device) if jpegs else []
+        except RuntimeError:  # one file of the batch: find it
+            decoded = [_decode_alone(decode_jpeg, rgb, one, device) for one in data]
+    for i, image in zip(jpegs, decoded):
+        images[i] = image if image is not None else torch.as_tensor(decode_one(i)).to(device)
+    return images
+
+
+def _decode_alone(decode_jpeg, rgb, data: torch.Tensor, device: torch.device) -> torch.Tensor | None:
+    try:
+        return decode_jpeg(data, mode=rgb, device=device)
+    except RuntimeError:
+        return None

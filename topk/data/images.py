@@ -36,7 +36,7 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 from tqdm import tqdm
 
 from topk.data.batches import epoch_seed
-from topk.data.decoding import DECODERS, decode_file
+from topk.data.decoding import DECODERS, decode_batch, decode_file, jpeg_bytes
 from topk.data.splits import DataSplits, refuse_untrained_classes
 from topk.distributed import SINGLE_PROCESS, Distributed, epoch_order, local_batch_size, shard_size
 from topk.errors import ConfigError, DataError
@@ -254,7 +254,11 @@ def check_image_files(splits: Sequence[ImageFileSplit | None], workers: int = 16
 
 class ImageFileDataset(Dataset):
     """Decode ``split.paths[index]`` to RGB (:meth:`ImageFileSplit.decode`) and apply ``transform``,
-    seeding the transform's random draws with the sample seed the sampler hands over with the index."""
+    seeding the transform's random draws with the sample seed the sampler hands over with the index.
+
+    Under ``dataset.decoder=device`` a worker only reads a JPEG's bytes (:meth:`undecoded`), and
+    the training process decodes and transforms the batch on its device (:meth:`on_device`), each
+    image's draws seeded alike."""
 
     def __init__(self, split: ImageFileSplit, transform):
         self.split = split
@@ -265,17 +269,55 @@ class ImageFileDataset(Dataset):
 
     def __getitem__(self, index_and_seed: tuple[int, int]):
         index, sample_seed = index_and_seed
-        path = self.split.paths[index]
+        if self.split.decoder == "device":
+            return self.undecoded(index), self.split.y[index], index, sample_seed
+        return self.seeded(self.decoded(index), sample_seed), self.split.y[index]
+
+    def decoded(self, index: int):
+        """Image ``index`` decoded here, or the sentence that names the broken file."""
         try:
-            image = self.split.decode(index)
+            return self.split.decode(index)
         except Exception as error:  # PIL raises several types for broken files
             raise DataError(
-                f"image {path} cannot be decoded ({type(error).__name__}: {error}); "
+                f"image {self.split.paths[index]} cannot be decoded ({type(error).__name__}: {error}); "
                 "replace or delete it."
             ) from None
+
+    def seeded(self, image, sample_seed: int):
+        """``transform(image)``, its random draws seeded with ``sample_seed``."""
         with torch.random.fork_rng(devices=[]):  # leaves the caller's random stream untouched
             torch.manual_seed(sample_seed)
-            return self.transform(image), self.split.y[index]
+            return self.transform(image)
+
+    def undecoded(self, index: int):
+        """A JPEG file's bytes, or any other image decoded here (a uint8 ``[3, H, W]`` array)."""
+        data = None
+        if type(self.split).decode is ImageFileSplit.decode:  # a file of ours, not a torchvision item
+            try:
+                data = jpeg_bytes(self.split.paths[index])
+            except OSError:
+                data = None  # decoded() names the file
+        if data is not None:
+            return data
+        image = self.decoded(index)
+        if isinstance(image, Image.Image):  # a torchvision data set's item
+            from torchvision.transforms.v2.functional import pil_to_tensor
+
+            image = pil_to_tensor(image)
+        return image.numpy()
+
+    def on_device(self, batch, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch of :meth:`__getitem__`'s ``decoder=device`` samples decoded on ``device``
+        (:func:`topk.data.decoding.decode_batch`) and transformed there, image by image."""
+        items, labels, indices, seeds = batch
+        images = decode_batch(items, device, lambda i: self.decoded(indices[i]))
+        return torch.stack([self.seeded(image, seed) for image, seed in zip(images, seeds)]), labels
+
+
+def undecoded_batch(samples):
+    """``decoder=device`` samples as lists (bytes and images differ in size) and a label tensor."""
+    items, labels, indices, seeds = zip(*samples)
+    return list(items), torch.stack(list(labels)), list(indices), list(seeds)
 
 
 class EpochSampler(Sampler):
@@ -362,12 +404,15 @@ class ImageBatches:
         self.device_transform = device_transform
         from torchvision.transforms import v2  # see ImageFileSplits.image_transform
 
+        self.on_device = split.decoder == "device"
+        self.dataset = ImageFileDataset(split, image_transform or v2.PILToTensor())
         self.loader = DataLoader(
-            ImageFileDataset(split, image_transform or v2.PILToTensor()),
+            self.dataset,
             batch_size=local_batch_size(batch_size, distributed),
             sampler=self.sampler,
             num_workers=num_workers,
-            pin_memory=self.device.type == "cuda",
+            collate_fn=undecoded_batch if self.on_device else None,
+            pin_memory=self.device.type == "cuda" and not self.on_device,
             persistent_workers=num_workers > 0,
             worker_init_fn=leave_stops_to_the_main_process,
         )
@@ -395,7 +440,8 @@ class ImageBatches:
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         try:
-            for images, labels in self.loader:
+            for batch in self.loader:
+                images, labels = self.dataset.on_device(batch, self.device) if self.on_device else batch
                 images = images.to(self.device, non_blocking=True)
                 labels = labels.to(self.device, non_blocking=True)
                 if self.device_transform is not None and images.dim() == 5:  # ten crops per image
