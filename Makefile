@@ -12,7 +12,7 @@ ZOOS := zoo_cifar100 zoo_plantnet
 TUNED_LOSSES := $(basename $(notdir $(wildcard conf/tune/*.yaml)))
 TRIALS ?= 20
 
-.PHONY: help install install-peers demo test test-all wheel-check docs cards lint bench bench-losses bench-data bench-startup gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
+.PHONY: help install install-peers demo test test-all wheel-check docs cards lint bench bench-losses bench-data bench-share bench-startup gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed $(addprefix tune-,$(ZOOS)) $(addprefix table-,$(addsuffix _tuned,$(ZOOS)))
 
@@ -43,6 +43,7 @@ help:
 	@echo "  bench-train     images per second of the engine against a bare loop (DenseNet 40-12)"
 	@echo "  bench-epochs    training-step times of every experiment's model, and its sweep's compute"
 	@echo "  bench-data      images per second of the CIFAR and ImageNet-format input pipelines"
+	@echo "  bench-share     several small jobs at once on one machine (a GPU each, a share of the cores) against one"
 	@echo "  bench-startup   start-up of import topk, train.py --help and a 1-epoch run against import torch"
 	@echo "  gpu-check       every GPU check on a CUDA machine (outputs/gpu/)"
 	@echo "  lint            ruff over the code"
@@ -131,6 +132,11 @@ bench-epochs: install
 # ImageFolder JPEG decoding (outputs/bench/data.{json,md}).
 bench-data: install
 	$(PY) scripts/bench_data.py
+
+# Several small jobs at once (hydra.launcher.n_jobs=k, each with its GPU and share of the cores)
+# against one at a time (outputs/bench/share.{json,md}).
+bench-share: install
+	$(PY) scripts/bench_share.py
 
 bench-startup: install
 	$(PY) scripts/bench_startup.py

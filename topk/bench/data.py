@@ -18,11 +18,13 @@ ImageFolder JPEG decoding: a temporary ImageFolder tree of JPEG files (10 classe
 of 256×256 by default; smooth random colour fields with a little noise, so the files have
 photo-like sizes rather than the size of pure noise) read by ``torchvision.datasets.ImageFolder``
 with the usual ImageNet training transform (``RandomResizedCrop(224)``,
-``RandomHorizontalFlip()``, ``PILToTensor()``) through a ``DataLoader`` with 0 and 2 workers;
-the ratio is over 0 workers. The same tree through the project's own loader
-(:class:`topk.data.images.ImageBatches`, 2 workers, ``dataset.train_crop=random_resized``: decode,
+``RandomHorizontalFlip()``, ``PILToTensor()``) through a ``DataLoader`` with 0 and ``--workers``
+(2) workers; the ratio is over 0 workers. The same tree through the project's own loader
+(:class:`topk.data.images.ImageBatches`, ``--workers`` workers, ``dataset.train_crop=random_resized``: decode,
 ``PILToTensor``, ``RandomResizedCrop(224)``, flip) once per ``dataset.decoder`` (``pil``, and
-``auto``: torchvision's ``decode_jpeg``; :mod:`topk.data.decoding`).
+``auto``: torchvision's ``decode_jpeg``; :mod:`topk.data.decoding`). With ``--decode-on cuda``,
+also ``dataset.decoder=device`` on the GPU: batches decoded by nvJPEG and cropped there, the
+workers only reading the files.
 
 Method: every pipeline first runs one full warm-up epoch (worker start-up, caches), then
 ``--epochs`` timed full epochs; the pipelines take turns epoch by epoch, so all see the same
@@ -94,6 +96,8 @@ class Pipeline:
         started = time.perf_counter()
         for _, labels in self.batches:
             images += len(labels)
+        if torch.cuda.is_available():  # batches decoded on the GPU: count the work queued there
+            torch.cuda.synchronize()
         return images, time.perf_counter() - started
 
     @property
@@ -155,21 +159,24 @@ def cifar_pipelines(count: int, batch_size: int, threads: int) -> list[Pipeline]
     return pipelines
 
 
-def write_jpeg_tree(root: Path, classes: int, per_class: int, size: int, seed: int = 0) -> None:
-    """An ImageFolder tree ``root/class_XX/YYYY.jpg`` of smooth random colour images."""
+def write_jpeg_tree(root: Path, classes: int, per_class: int, size: int | tuple[int, int], seed: int = 0) -> None:
+    """An ImageFolder tree ``root/class_XX/YYYY.jpg`` of smooth random colour images, ``size``
+    pixels square or ``(width, height)``."""
+    width, height = (size, size) if isinstance(size, int) else size
     rng = np.random.default_rng(seed)
     for label in range(classes):
         folder = root / f"class_{label:02d}"
         folder.mkdir(parents=True)
         for index in range(per_class):
             coarse = rng.integers(0, 256, (8, 8, 3), dtype=np.uint8)
-            smooth = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC))
+            smooth = np.asarray(Image.fromarray(coarse).resize((width, height), Image.BICUBIC))
             noisy = smooth.astype(np.int16) + rng.integers(-8, 9, smooth.shape, dtype=np.int16)
             image = Image.fromarray(noisy.clip(0, 255).astype(np.uint8))
             image.save(folder / f"{index:04d}.jpg", quality=90)
 
 
-def imagefolder_pipelines(root: Path, batch_size: int, threads: int) -> list[Pipeline]:
+def imagefolder_pipelines(root: Path, batch_size: int, threads: int, workers: int = 2,
+                          decode_on: str | None = None) -> list[Pipeline]:
     train_transform = transforms.Compose([
         transforms.RandomResizedCrop(224),
         transforms.RandomHorizontalFlip(),
@@ -177,21 +184,22 @@ def imagefolder_pipelines(root: Path, batch_size: int, threads: int) -> list[Pip
     ])
     dataset = torchvision.datasets.ImageFolder(str(root), transform=train_transform)
     pipelines = []
-    for workers in (0, 2):
-        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-                            persistent_workers=workers > 0,
+    for count in (0, workers):
+        loader = DataLoader(dataset, batch_size=batch_size, shuffle=True, num_workers=count,
+                            persistent_workers=count > 0,
                             generator=torch.Generator().manual_seed(0))
-        pipelines.append(Pipeline("imagefolder", "ImageFolder JPEG (PIL + torchvision)", workers,
-                                  threads, loader, is_reference=workers == 0))
-    for decoder in ("pil", "auto"):  # a split each: ImageFileSplits sets its decoder on its splits
+        pipelines.append(Pipeline("imagefolder", "ImageFolder JPEG (PIL + torchvision)", count,
+                                  threads, loader, is_reference=count == 0))
+    decoders = [("pil", "cpu"), ("auto", "cpu")] + ([("device", decode_on)] if decode_on else [])
+    for decoder, device in decoders:  # a split each: ImageFileSplits sets its decoder on its splits
         classes, splits = read_class_folders({"train": root}, "benchmark JPEG tree", str(root))
         data = ImageFileSplits(train=splits["train"], val=None, test=splits["train"], num_classes=len(classes),
                                mean=IMAGENET_MEAN, std=IMAGENET_STD, train_crop="random_resized",
                                decoder=decoder)
-        batches = ImageBatches(data.train, batch_size, shuffle=True, seed=0, num_workers=2,
+        batches = ImageBatches(data.train, batch_size, shuffle=True, seed=0, num_workers=workers, device=device,
                                image_transform=data.image_transform(True, random_crop=True, flip=True))
-        pipelines.append(Pipeline("imagefolder", f"ImageBatches JPEG (dataset.decoder={decoder})", 2,
-                                  threads, batches))
+        name = f"ImageBatches JPEG (dataset.decoder={decoder}{', on ' + device if decoder == 'device' else ''})"
+        pipelines.append(Pipeline("imagefolder", name, workers, threads, batches))
     return pipelines
 
 
@@ -307,7 +315,7 @@ def markdown(rows: list[dict], settings: dict, verdict: str) -> str:
     if jpeg is not None:
         lines.append(
             f"ImageFolder: {jpeg['classes']} classes × {jpeg['per_class']} JPEGs of "
-            f"{jpeg['size']}×{jpeg['size']} ({jpeg['mean_file_kib']:.0f} KiB on average), "
+            f"{jpeg['size'][0]}×{jpeg['size'][1]} ({jpeg['mean_file_kib']:.0f} KiB on average), "
             f"batch {jpeg['batch_size']}, RandomResizedCrop(224) → RandomHorizontalFlip → "
             f"PILToTensor; ImageBatches: decode (PIL or decode_jpeg) → PILToTensor → "
             f"RandomResizedCrop(224) → RandomHorizontalFlip."
@@ -321,6 +329,12 @@ def markdown(rows: list[dict], settings: dict, verdict: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def pixels(text: str) -> tuple[int, int]:
+    """``800x600`` -> (800, 600); ``256`` -> (256, 256)."""
+    width, _, height = text.lower().partition("x")
+    return int(width), int(height or width)
+
+
 def parse_args(argv=None):
     command = parser(__doc__)
     command.add_argument("--quick", action="store_true",
@@ -329,12 +343,17 @@ def parse_args(argv=None):
     command.add_argument("--batch-size", type=int, default=128, help="CIFAR batch size")
     command.add_argument("--jpeg-classes", type=int, default=10)
     command.add_argument("--jpeg-per-class", type=int, default=100)
-    command.add_argument("--jpeg-size", type=int, default=256, help="side of the JPEGs, pixels")
+    command.add_argument("--jpeg-size", type=pixels, default=(256, 256), metavar="WxH",
+                         help="width x height of the JPEGs, e.g. 800x600 (one number: a square)")
     command.add_argument("--jpeg-batch-size", type=int, default=32)
     command.add_argument("--epochs", type=int, default=3, help="timed epochs after the warm-up")
     command.add_argument("--threads", type=int, default=None,
                          help="torch threads of the main process (default: cores available)")
     command.add_argument("--skip-imagefolder", action="store_true")
+    command.add_argument("--workers", type=int, default=2, help="decoding workers of the JPEG pipelines")
+    command.add_argument("--decode-on", default=None, metavar="DEVICE",
+                         help="also time dataset.decoder=device with batches on DEVICE (cuda: decoded by "
+                              "nvJPEG and cropped there), the workers only reading files")
     command.add_argument("--step-rate", type=float, default=None,
                          help="images per second the model trains on (make bench-epochs on the GPU): "
                               "the cores each image-file pipeline needs to keep up")
@@ -373,7 +392,7 @@ def add_imagefolder(root: Path, args, threads: int, settings: dict, pipelines: l
                                "per_class": args.jpeg_per_class, "size": args.jpeg_size,
                                "batch_size": args.jpeg_batch_size,
                                "mean_file_kib": mean_kib}
-    pipelines += imagefolder_pipelines(root, args.jpeg_batch_size, threads)
+    pipelines += imagefolder_pipelines(root, args.jpeg_batch_size, threads, args.workers, args.decode_on)
 
 
 def main(argv=None) -> int:
