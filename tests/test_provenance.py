@@ -8,6 +8,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 
 from conftest import ROOT, run_in_process
 from topk.errors import ConfigError
@@ -36,7 +37,11 @@ def test_a_run_records_its_provenance(run_dir):
     found = provenance_of(run_dir)
     assert set(found) == {*PROVENANCE_KEYS, "num_workers"}  # num_workers once the data is built
     assert found["num_workers"] == 0  # circles are in memory: no decoding workers, whatever the setting
-    assert found["device"] == "cpu" and found["gpu_name"] is None and found["world_size"] == 1
+    assert found["world_size"] == 1
+    if torch.cuda.is_available():  # trainer.device=auto picks the GPU (the GPU checks run this)
+        assert found["device"] == f"cuda:{torch.cuda.current_device()}" and found["gpu_name"]
+    else:
+        assert found["device"] == "cpu" and found["gpu_name"] is None
     assert isinstance(found["gpu_count"], int) and found["gpu_count"] >= 0
     assert isinstance(found["host"], str) and found["host"]
     assert UTC.match(found["started_utc"]) and UTC.match(found["ended_utc"])
@@ -61,7 +66,8 @@ def test_a_failed_run_records_when_it_ended(run_dir):
         run_in_process(run_dir, ["dataset.val_per_class=0", "trainer.selection_metric=val/top1"])
     record = read_results(run_dir / "results.json")
     assert record["status"] == "failed"
-    assert UTC.match(record["provenance"]["ended_utc"]) and record["provenance"]["device"] == "cpu"
+    assert UTC.match(record["provenance"]["ended_utc"])
+    assert record["provenance"]["device"] == ("cuda:0" if torch.cuda.is_available() else "cpu")
 
 
 def test_a_resumed_run_keeps_its_first_start(run_dir):

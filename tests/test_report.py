@@ -18,8 +18,8 @@ from test_faults import run_main
 from conftest import ROOT
 from topk import paper_results
 from topk.records import EMPTY_PROVENANCE, write_history, write_results
-from topk.report.page import ITEMS, STATUS, build_page
 from topk.report.fidelity import _compose, _override_text, expand, protocol
+from topk.report.page import ITEMS, STATUS, build_page
 from topk.report.runs import best_sweep_dir, load_sweep, read_sweep
 from topk.report.verdicts import (
     AGREES,

@@ -131,7 +131,7 @@ def run_ending(single_run: bool) -> Iterator[None]:
     log file is closed however it ends (:func:`close_log_file`)."""
     try:
         yield
-    except stopping.RunInterrupted as interruption:
+    except stopping.RunInterrupted:
         stopping.stop_requests.requeue_if_preempted()  # a preempted submitit job: requeued, exits here
         if not single_run:
             raise  # stops the whole sweep: one line and exit 130 at train.cli

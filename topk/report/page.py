@@ -33,8 +33,8 @@ import pandas as pd
 import topk
 from topk.cards import card_path, load
 from topk.cards.render import card_html
-from topk.report.figures import FIGURES, build_figure, write_figure
 from topk.report.fidelity import PROTOCOL_FREE_KEYS
+from topk.report.figures import FIGURES, build_figure, write_figure
 from topk.report.render import Table
 from topk.report.runs import Sweep, column, display_path, find_sweeps, inside_run_dir, read_sweep
 from topk.report.tables import TABLE_IDS, make_table
