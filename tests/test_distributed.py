@@ -173,8 +173,9 @@ def torchrun(args, processes=2, timeout=300, temporary_dir=None):
     env.pop("HYDRA_FULL_ERROR", None)
     if temporary_dir is not None:
         env["TMPDIR"] = str(temporary_dir)
+    # on the CPU (gloo) whatever the machine: a GPU machine with fewer GPUs than processes refuses
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-               f"--nproc_per_node={processes}", str(ROOT / "train.py"), *args]
+               f"--nproc_per_node={processes}", str(ROOT / "train.py"), *args, "trainer.device=cpu"]
     return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
 
@@ -286,3 +287,19 @@ def test_readme_torchrun_sweep_runs_each_job_on_every_process_and_leaves_no_scra
     assert all(r["status"] == "completed" and r["processes"] == 2 and r["samples"] == {"val": 300, "test": 1800}
                for r in records)
     assert list(temporary.glob(f"{SCRATCH_PREFIX}*")) == []  # (torch's own torchelastic_* may stay)
+
+
+def test_more_processes_than_gpus_on_a_node_is_one_sentence(monkeypatch):
+    """torchrun --nproc_per_node=2 on a one-GPU machine: the second process names the fix rather
+    than failing in CUDA's words ("invalid device ordinal")."""
+    from topk import distributed
+    from topk.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ConfigError, match=r"^torchrun started 2 or more processes on this node but 1 GPU\(s\) are "
+                                          r"visible: start at most 1 \(--nproc_per_node=1\), one per GPU, or train "
+                                          r"on the CPU with trainer.device=cpu.$"):
+        distributed.setup("auto", torch.device("cuda"))

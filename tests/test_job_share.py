@@ -11,6 +11,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from conftest import ROOT, run_cli
@@ -144,7 +145,9 @@ def test_a_joblib_sweep_runs_each_job_in_its_own_slot_pinned_to_its_share(tmp_pa
     cores = len(os.sched_getaffinity(0))
     assert {slot["slot"] for slot in slots} <= {0, 1} and all(slot["jobs_at_once"] == 2 for slot in slots)
     assert all(slot["cores"] == max(1, cores // 2) for slot in slots)
-    assert all(record["provenance"]["device"] == "cpu" for record in records)
+    gpus = torch.cuda.device_count()  # trainer.device=auto: slot i on cuda:<i mod GPUs>, or the CPU
+    assert all(record["provenance"]["device"] == (f"cuda:{slot['slot'] % gpus}" if gpus else "cpu")
+               for record, slot in zip(records, slots))
 
 
 def test_a_sweep_with_the_basic_launcher_takes_no_slot(tmp_path):

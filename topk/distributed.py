@@ -142,6 +142,11 @@ def setup(backend: str, device: torch.device) -> tuple[Distributed, torch.device
     if not context.enabled:
         return context, device
     if device.type == "cuda":
+        gpus = torch.cuda.device_count()
+        if context.local_rank >= gpus:
+            raise ConfigError(f"torchrun started {context.local_rank + 1} or more processes on this node but "
+                              f"{gpus} GPU(s) are visible: start at most {gpus} (--nproc_per_node={gpus}), one "
+                              "per GPU, or train on the CPU with trainer.device=cpu.")
         device = torch.device("cuda", context.local_rank)
         torch.cuda.set_device(device)
     if not dist.is_initialized():
