@@ -31,3 +31,33 @@ def test_the_table_says_whether_this_machine_has_the_cores():
 def test_the_step_rate_is_an_option_of_the_command():
     assert bench_data.parse_args(["--step-rate", "2500"]).step_rate == 2500.0
     assert bench_data.parse_args([]).step_rate is None
+
+
+def test_the_jpeg_target_compares_ours_with_the_bare_loader_at_the_same_workers():
+    rows = [*ROWS, {"benchmark": "imagefolder", "pipeline": "ImageFolder JPEG (PIL + torchvision)", "workers": 2,
+                    "images_per_second": 900.0}]
+    text, target = bench_data.jpeg_verdict(rows, workers=2)
+    assert target == {"ratio": 1.3, "achieved": 1_250.0 / 900.0, "met": True}
+    assert text == ("JPEG target (ImageBatches, decoder=auto, ≥ 1.3× the bare ImageFolder loader, 2 workers each): "
+                    "met, 1.39×.")
+    rows[-1]["images_per_second"] = 1_000.0
+    assert bench_data.jpeg_verdict(rows, workers=2)[1]["met"] is False
+    assert bench_data.jpeg_verdict(ROWS, workers=2) is None  # no bare loader with 2 workers
+
+
+def test_sizes_and_devices_on_the_command_line():
+    args = bench_data.parse_args(["--jpeg-size", "640x480", "--workers", "15", "--decode-on", "cuda"])
+    assert (args.jpeg_size, args.workers, args.decode_on) == ((640, 480), 15, "cuda")
+    assert bench_data.parse_args(["--jpeg-size", "256"]).jpeg_size == (256, 256)
+    assert bench_data.parse_args([]).jpeg_size == (800, 600)  # photo-like, as issue 38 measured
+
+
+def test_the_step_time_table_compares_each_worker_setting_with_auto():
+    from topk.bench.step_time import step_markdown
+
+    rows = [{"setting": "auto", "workers": 1, "epoch_s": 1.0, "step_s": 0.05, "steps": 20},
+            {"setting": "4", "workers": 4, "epoch_s": 1.5, "step_s": 0.075, "steps": 20}]
+    lines = step_markdown(rows, "mlp", 64)
+    assert "`model=mlp` at 64 px, batch 32" in lines[1]
+    assert lines[-2:] == ["| auto | 1 | 0.050 | 1.00 |", "| 4 | 4 | 0.075 | 1.50 |"]
+    assert bench_data.parse_args(["--step-time", "mlp"]).step_time == "mlp"
