@@ -31,8 +31,8 @@ log = logging.getLogger("train")
 def exit_with_help_if_asked(argv: list[str], config_dir: Path) -> None:
     """``--help`` (``-h``): print ``conf/hydra/help/topk.yaml``'s help and exit. Hydra's own
     ``--help`` first lists the options of every config group for its ``$APP_CONFIG_GROUPS``
-    (178 groups with ``protocol/*`` and ``schema/*``: 2.5 s here, more than importing torch),
-    which this help, a fixed text, never shows. With another config (``--config-path``,
+    (178 groups with ``protocol/*`` and ``schema/*``; its time is in docs/benchmarks.md, "Code
+    choices and the timings behind them"), which this help, a fixed text, never shows. With another config (``--config-path``,
     ``--config-dir``, ``--config-name``) Hydra answers as usual."""
     flags = {arg.partition("=")[0] for arg in argv if arg.startswith("-")}
     if not flags & {"--help", "-h"} or flags & {"--config-path", "-cp", "--config-dir", "-cd", "--config-name", "-cn"}:

@@ -286,7 +286,8 @@ def sweep_job_folders(config: DictConfig) -> list[Path]:
     basic one), checked before any job starts: a :class:`~topk.errors.ConfigError` of one sentence
     for the first job whose config cannot be composed or fails :func:`topk.schema.validate.job_problem`,
     or for two jobs that would write in one folder. Each job is composed as its launcher will
-    compose it (Hydra's ``load_sweep_config``), at about 60 ms a job."""
+    compose it (Hydra's ``load_sweep_config``); its cost per job is in docs/benchmarks.md, "Code
+    choices and the timings behind them"."""
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
