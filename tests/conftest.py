@@ -128,3 +128,11 @@ def data_roots(tiny_cifar100, tiny_imagenet, tiny_plantnet, tiny_imagenet_lt, ti
         "image_folder": [f"dataset.root={tiny_plantnet[0] / 'images'}", *small],  # train/, val/, test/
         "torchvision": [f"dataset.root={tiny_fashion_mnist}", "dataset.name=FashionMNIST", *small],
     }
+
+
+def pytest_runtest_logreport(report):
+    """Name each failing test the moment it fails (``FAILED <test id>``), in every run and under
+    pytest-xdist too: a suite stopped before pytest's summary (the GPU checks' time limit, a CI
+    job's) still says which tests failed."""
+    if report.failed and not os.environ.get("PYTEST_XDIST_WORKER"):  # the controller says it, once
+        print(f"\nFAILED {report.nodeid} ({report.when})", file=sys.stderr, flush=True)
