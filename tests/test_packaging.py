@@ -43,6 +43,7 @@ def test_the_declared_lower_bounds_are_the_tested_ones():
     classified = sorted(c.rsplit(" ", 1)[1] for c in PYPROJECT["project"]["classifiers"]
                         if re.fullmatch(r"Programming Language :: Python :: 3\.\d+", c))
     assert pythons[-1][0] == max(classified, key=lambda v: tuple(map(int, v.split("."))))
+    assert sorted({version for version, _ in pythons} | {"3.11"}) == classified  # make test runs 3.11
     torch = next(d for d in PYPROJECT["project"]["dependencies"] if d.startswith("torch"))
     assert re.fullmatch(r"torch>=\d+\.\d+", torch), f"{torch}: one lower bound, no upper cap"
     tested_torch = next(r for r in pythons[0][1] if r.startswith("torch=="))
