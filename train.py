@@ -71,7 +71,8 @@ def run(cfg: DictConfig, run_dir: Path, record: dict, on_epoch_end=None,
     splits = build(cfg.dataset, "dataset", seed=seed)
     if distributed.is_main:
         splits.record_run_facts(run_dir, record)
-        log.info("%s: %s", run_dir, command_line.run_summary(cfg, splits, device, distributed))
+        log.info("%s: %s", run_dir, command_line.run_summary(cfg, splits, device, distributed,
+                                                             record["provenance"].get("job_slot")))
     check_study_k(int(cfg.k), splits.num_classes)
     loss_fn = build_loss(cfg.loss, splits).to(device)
     ks = clip_ks([*trainer.ks, cfg.k], splits.num_classes)  # the study's K is always reported

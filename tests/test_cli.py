@@ -54,3 +54,14 @@ def test_shown_paths_are_relative_below_the_working_folder(monkeypatch, tmp_path
     monkeypatch.chdir(tmp_path)
     assert shown(tmp_path / "runs" / "a") == str(Path("runs") / "a")
     assert shown(Path("/elsewhere/b")) == "/elsewhere/b"
+
+
+def test_the_run_line_names_the_job_slot_of_a_joblib_sweep():
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.create({"k": 5, "seed": 0, "loss": {}, "trainer": {"epochs": 1}})
+    splits = type("Splits", (), {"num_classes": 6})()
+    single = type("Single", (), {"enabled": False})()
+    line = run_summary(cfg, splits, "cuda:1", single, {"slot": 3, "jobs_at_once": 4, "cores": 2})
+    assert line.endswith("device cuda:1, job slot 4 of 4 (2 cores)")
+    assert run_summary(cfg, splits, "cpu", single, None).endswith("device cpu")

@@ -191,11 +191,15 @@ def tracking_name(record: dict) -> str:
     return run_name(job_overrides(), fallback=f"{record['loss']},seed={record['seed']}")
 
 
-def run_summary(cfg: DictConfig, splits, device, distributed) -> str:
+def run_summary(cfg: DictConfig, splits, device, distributed, job_slot: dict | None = None) -> str:
     """One line saying what runs: data set, model, loss and its k (beside the study's K where
-    they differ), epochs, device and processes."""
+    they differ), epochs, device and processes, or the job slot of a joblib sweep running
+    several jobs at once (:mod:`topk.job_share`)."""
     choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
     processes = f", {distributed.world_size} processes" if distributed.enabled else ""
+    if job_slot:
+        processes = (f", job slot {job_slot['slot'] + 1} of {job_slot['jobs_at_once']} "
+                     f"({job_slot['cores']} core{'s' if job_slot['cores'] != 1 else ''})")
     loss_k = cfg.loss.get("k") if OmegaConf.is_dict(cfg.loss) else None
     k = f"k={cfg.k}" if loss_k in (None, cfg.k) else f"loss.k={loss_k} (study K={cfg.k})"
     epochs = int(cfg.trainer.epochs)
