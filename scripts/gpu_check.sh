@@ -11,7 +11,7 @@
 # (c) G22 Fig. 3 on a GPU: g22_time on 45,000 random CIFAR-shaped images, DenseNet 40-40,
 #     batch 64, K = 5 and 10, B = 3 (G22's setting), one epoch per run, then its table:
 #     outputs/gpu/sweeps/g22_time/<time>/ and outputs/gpu/tables/g22_time.md
-# (d) several small jobs per GPU (issue 38): 4 one-epoch DenseNet 40-12 runs on 10,000 random
+# (d) several small jobs per GPU (issue 38): 4 two-epoch DenseNet 40-12 runs on 10,000 random
 #     CIFAR-shaped images at batch 64, one at a time and 4 at once (hydra.launcher.n_jobs=4, each
 #     job in its own slot: topk.job_share):                outputs/gpu/share.{json,md}
 # (e) JPEG batches decoded on the GPU (nvJPEG) against the CPU workers (issue 38): make bench-data
@@ -70,7 +70,7 @@ if wanted g22; then
 fi
 if wanted share; then
     echo "== (d) several small jobs per GPU: DenseNet 40-12, 4 runs, one at a time and 4 at once"
-    "$PY" scripts/bench_share.py --jobs 1 4 --runs 4 --train-size 10000 --device auto --out "$OUT"
+    "$PY" scripts/bench_share.py --jobs 1 4 --runs 4 --epochs 2 --train-size 10000 --device auto --out "$OUT"
 fi
 if wanted decode; then
     echo "== (e) JPEG batches decoded on the GPU against CPU decoding workers"
