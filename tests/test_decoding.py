@@ -225,3 +225,22 @@ def test_device_decoding_on_cuda_is_autos_within_a_grey_level_and_seeded(tmp_pat
     for (auto, labels), (device, device_labels) in zip(cpu, gpu):
         assert auto.shape == device.shape and torch.equal(labels, device_labels)
         assert (auto.float() - device.float()).abs().mean() <= 1.0
+
+
+def test_a_run_with_device_decoding_is_an_auto_run_on_the_cpu(tmp_path):
+    """End to end through train.py's run: the same history and test metrics."""
+    from conftest import run_in_process
+    from topk.data.fixtures import write_image_tree
+
+    root = tmp_path / "images"
+    write_image_tree(root, {"cat": 6, "dog": 6}, np.random.default_rng(0))
+    records = {}
+    for decoder in ("auto", "device"):
+        records[decoder], _ = run_in_process(tmp_path / decoder, [
+            "dataset=image_folder", f"dataset.root={root}", "dataset.test_fraction=0.25", "dataset.image_size=8",
+            "dataset.resize_size=10", "trainer.epochs=2", "trainer.batch_size=4", "model=linear", "trainer.ks=[1]",
+            "k=1", "trainer.selection_metric=last", "trainer.num_workers=0", f"dataset.decoder={decoder}"])
+    assert records["device"]["status"] == "completed" and records["device"]["test"] == records["auto"]["test"]
+    history = {decoder: (tmp_path / decoder / "history.csv").read_text().splitlines() for decoder in records}
+    strip = [",".join(line.split(",")[:-1]) for line in history["auto"]]  # all but the epoch's seconds
+    assert strip == [",".join(line.split(",")[:-1]) for line in history["device"]]
