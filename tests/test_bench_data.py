@@ -46,8 +46,8 @@ def test_the_jpeg_target_compares_ours_with_the_bare_loader_at_the_same_workers(
 
 
 def test_sizes_and_devices_on_the_command_line():
-    args = bench_data.parse_args(["--jpeg-size", "640x480", "--workers", "15", "--decode-on", "cuda"])
-    assert (args.jpeg_size, args.workers, args.decode_on) == ((640, 480), 15, "cuda")
+    args = bench_data.parse_args(["--jpeg-size", "640x480", "--workers", "15", "--decode-on", "cpu"])
+    assert (args.jpeg_size, args.workers, args.decode_on) == ((640, 480), 15, "cpu")
     assert bench_data.parse_args(["--jpeg-size", "256"]).jpeg_size == (256, 256)
     assert bench_data.parse_args([]).jpeg_size == (800, 600)  # photo-like, as issue 38 measured
 
@@ -61,3 +61,16 @@ def test_the_step_time_table_compares_each_worker_setting_with_auto():
     assert "`model=mlp` at 64 px, batch 32" in lines[1]
     assert lines[-2:] == ["| auto | 1 | 0.050 | 1.00 |", "| 4 | 4 | 0.075 | 1.50 |"]
     assert bench_data.parse_args(["--step-time", "mlp"]).step_time == "mlp"
+
+
+def test_decoding_on_a_gpu_the_machine_lacks_is_one_sentence(capsys):
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit):
+        bench_data.parse_args(["--decode-on", "cuda"])
+    assert capsys.readouterr().err.strip().endswith(
+        "error: --decode-on cuda needs a CUDA device and this machine has none; --decode-on cpu times the same "
+        "path here.")

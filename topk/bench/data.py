@@ -368,6 +368,9 @@ def parse_args(argv=None):
                               "the cores each image-file pipeline needs to keep up")
     command.add_argument("--out", type=Path, default=BENCH_OUT)
     args = command.parse_args(argv)
+    if args.decode_on and args.decode_on.startswith("cuda") and not torch.cuda.is_available():
+        command.error(f"--decode-on {args.decode_on} needs a CUDA device and this machine has none; "
+                      "--decode-on cpu times the same path here.")
     if args.quick:
         args.cifar_images, args.jpeg_classes, args.jpeg_per_class, args.epochs = 5_000, 2, 20, 1
     return args
