@@ -148,6 +148,7 @@ def test_a_joblib_sweep_runs_each_job_in_its_own_slot_pinned_to_its_share(tmp_pa
     gpus = torch.cuda.device_count()  # trainer.device=auto: slot i on cuda:<i mod GPUs>, or the CPU
     assert all(record["provenance"]["device"] == (f"cuda:{slot['slot'] % gpus}" if gpus else "cpu")
                for record, slot in zip(records, slots))
+    assert not job_share.slot_folder(sweep).exists()  # the sweep's end removed its locks
 
 
 def test_a_sweep_with_the_basic_launcher_takes_no_slot(tmp_path):

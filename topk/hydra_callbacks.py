@@ -17,6 +17,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, open_dict
 
 from topk.distributed import from_environment
 from topk.errors import ConfigError, TopkError
+from topk.job_share import remove_slots
 from topk.locks import RunLock, acquire_sweep_lock
 from topk.run_dir import (
     check_run_dir,
@@ -212,6 +213,7 @@ class CheckOutputDir(Callback):
         statuses = job_statuses(self.job_folders, refused_dirs) if self.job_folders else sweep_statuses(sweep_dir)
         refused = len(refused_dirs)
         release_sweep_locks()
+        remove_slots(sweep_dir)  # a joblib sweep's job slots, if it ran several jobs at once
         counts = [f"{count} {status}" for status, count in sorted(statuses.items())]
         counts += [f"{refused} refused"] if refused else []
         print(f"Sweep {sweep_dir}: {', '.join(counts) or 'no runs'}.", file=sys.stderr)

@@ -23,9 +23,10 @@ slots the k jobs would all land on ``cuda:0`` and each start a full set of torch
 A slot is an exclusive ``fcntl.flock`` on ``<tmp>/topk-job-slots/<sweep key>/<i>.lock``, held
 through an open file while the job runs: jobs running at once never share a slot, a job that
 finds every slot taken waits for one (a worker of the same sweep ending its job), and a worker
-that dies frees its slot with its file descriptors. The locks are local to the machine, as the joblib launcher is, and never in the sweep's folder, which
-may be on a network file system. The run record's ``provenance.job_slot`` says which slot of how
-many a run had and its cores; single runs and the other launchers take no slot.
+that dies frees its slot with its file descriptors. The locks are local to the machine, as the
+joblib launcher is, and never in the sweep's folder, which may be on a network file system; the
+sweep's end removes them (:func:`remove_slots`). The run record's ``provenance.job_slot`` says
+which slot of how many a run had and its cores; single runs and the other launchers take no slot.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -158,6 +160,12 @@ def take_slot(hydra_cfg, gpus: int) -> Slot | None:
     pin(slot.cores)
     _held, _last_index = (slot, handle), index
     return slot
+
+
+def remove_slots(sweep_dir: str | Path) -> None:
+    """Delete a finished sweep's slot locks (:func:`slot_folder`); the sweep's end calls it
+    (:class:`topk.hydra_callbacks.CheckOutputDir`), when no job of it runs any more."""
+    shutil.rmtree(slot_folder(sweep_dir), ignore_errors=True)
 
 
 def give_back() -> None:
