@@ -362,3 +362,22 @@ def test_decoding_workers_ignore_stop_signals_and_close_stops_them(tiny_imagenet
     assert not any(worker.is_alive() for worker in workers)
     assert [y.clone() for _, y in batches][0].shape == expected[0].shape  # a later pass starts anew
     batches.close()
+
+
+def test_a_stop_signal_during_close_still_leaves_no_worker_running(tiny_imagenet, monkeypatch):
+    """A second SIGTERM (a scheduler sends two) raising KeyboardInterrupt inside the workers'
+    shutdown: the interruption goes on, but every worker is gone, so the interpreter's exit does
+    not wait forever for workers that ignore SIGTERM."""
+    splits = imagenet(seed=0, root=tiny_imagenet[0], val_per_class=2, image_size=6, resize_size=8)
+    batches = ImageBatches(splits.train, 5, image_transform=splits.image_transform(False), num_workers=2)
+    next(iter(batches))
+    iterator = batches.loader._iterator
+    workers = list(iterator._workers)
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(iterator, "_shutdown_workers", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        batches.close()
+    assert not any(worker.is_alive() for worker in workers) and batches.loader._iterator is None

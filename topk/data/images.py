@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -366,7 +367,13 @@ _open_batches: weakref.WeakSet = weakref.WeakSet()  # ImageBatches whose workers
 @atexit.register
 def _close_open_batches() -> None:
     """Stop every decoding worker still running when the interpreter ends, before
-    multiprocessing's own exit handler would wait for them: they ignore its SIGTERM."""
+    multiprocessing's own exit handler would wait for them: they ignore its SIGTERM. A stop
+    signal arriving now (a second SIGTERM from a scheduler, a second Ctrl-C) is ignored: the run
+    has ended and said so, and an interruption here would leave workers that multiprocessing's
+    exit handler waits for forever."""
+    if threading.current_thread() is threading.main_thread():
+        for number in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(number, signal.SIG_IGN)
     for batches in list(_open_batches):
         batches.close()
 
@@ -428,12 +435,14 @@ class ImageBatches:
         iterator = getattr(self.loader, "_iterator", None)  # the persistent workers' iterator
         if iterator is None:
             return
-        iterator._shutdown_workers()
-        for worker in getattr(iterator, "_workers", []):
-            if worker.is_alive():
-                worker.kill()
-                worker.join()
-        self.loader._iterator = None
+        try:
+            iterator._shutdown_workers()
+        finally:  # also when a second Ctrl-C or SIGTERM interrupts it: no worker may outlive the run
+            for worker in getattr(iterator, "_workers", []):
+                if worker.is_alive():
+                    worker.kill()
+                    worker.join()
+            self.loader._iterator = None
 
     def __len__(self) -> int:
         return len(self.loader)
