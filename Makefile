@@ -12,7 +12,7 @@ ZOOS := zoo_cifar100 zoo_plantnet
 TUNED_LOSSES := $(basename $(notdir $(wildcard conf/tune/*.yaml)))
 TRIALS ?= 20
 
-.PHONY: help install install-peers demo test test-all wheel-check docs cards lint bench bench-losses bench-data bench-share bench-startup gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
+.PHONY: help install install-peers demo test test-all wheel-check docs cards lint bench bench-losses bench-noised-paths bench-data bench-share bench-startup gpu-check bench-epochs bench-train smoke sweeps figures report readme-figures clean \
         $(addprefix sweep-,$(EXPERIMENTS)) $(addprefix table-,$(EXPERIMENTS)) $(addprefix figure-,$(FIGURE_IDS)) \
         sweep-b18_speed table-b18_speed $(addprefix tune-,$(ZOOS)) $(addprefix table-,$(addsuffix _tuned,$(ZOOS)))
 
@@ -38,6 +38,7 @@ help:
 	@echo "  report          the report page of every paper item (outputs/report/index.html)"
 	@echo "  cards           check every protocol card against its sweep, write docs/cards/"
 	@echo "  bench-losses    speed and stability of every loss, against the published codes if installed"
+	@echo "  bench-noised-paths  the noised losses' three k-th largest paths forced in turn at the papers' settings"
 	@echo "  install-peers   add the published codes (pytopk, difftopk) for bench-losses and the parity tests"
 	@echo "  bench           the S20 sweeps' wall time against a bare PyTorch loop"
 	@echo "  bench-train     images per second of the engine against a bare loop (DenseNet 40-12)"
@@ -108,6 +109,9 @@ bench: install
 # published codes where `make install-peers` has installed them (outputs/bench/losses.{json,md}).
 bench-losses: install
 	$(PY) scripts/bench_losses.py
+
+bench-noised-paths: install
+	$(PY) scripts/bench_noised_paths.py
 
 # The published implementations bench-losses compares ours with: pytopk (G22's noised losses) and
 # difftopk (its copy of B18's smooth top-k SVM loss), the `peers` extra.

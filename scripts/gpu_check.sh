@@ -17,8 +17,11 @@
 # (e) JPEG batches decoded on the GPU (nvJPEG) against the CPU workers (issue 38): make bench-data
 #     on 1,000 JPEGs of 512x512, every core but one as decoding workers, --decode-on cuda:
 #                                                           outputs/gpu/data.{json,md}
+# (f) the noised losses' k-th largest paths (kthvalue, candidates, every column, and the compiled
+#     rounds) forced in turn at the papers' settings: which one a GPU should take:
+#                                                           outputs/gpu/noised_paths.{json,md}
 # The README's "Measured on a GPU" section is where these numbers go, with the device name.
-# STEPS="share decode" runs only those steps (any of: losses sync g22 share decode); NO_INSTALL=1
+# STEPS="share decode" runs only those steps (any of: losses sync g22 share decode paths); NO_INSTALL=1
 # skips the pip installs (a machine whose Python already has the package's dependencies, with
 # PYTHONPATH=<this checkout>).
 #
@@ -39,7 +42,7 @@ if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
     exit 1
 fi
 
-STEPS=" ${STEPS:-losses sync g22 share decode} "
+STEPS=" ${STEPS:-losses sync g22 share decode paths} "
 wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 if [ -z "${NO_INSTALL:-}" ]; then
     "$PY" -m pip install --quiet -e .
@@ -78,4 +81,8 @@ if wanted decode; then
     "$PY" scripts/bench_data.py --cifar-images 5000 --jpeg-classes 10 --jpeg-per-class 100 --jpeg-size 512 \
         --jpeg-batch-size 128 --workers "$WORKERS" --epochs 2 --decode-on cuda --out "$OUT"
 fi
-echo "Done: $OUT/bench/losses.md, $OUT/sync_check.md, $OUT/tables/g22_time.md, $OUT/share.md, $OUT/data.md"
+if wanted paths; then
+    echo "== (f) the noised losses' k-th largest paths forced in turn on CUDA"
+    "$PY" scripts/bench_noised_paths.py --device cuda --compile --out "$OUT"
+fi
+echo "Done: $OUT/bench/losses.md, $OUT/sync_check.md, $OUT/tables/g22_time.md, $OUT/share.md, $OUT/data.md, $OUT/noised_paths.md"

@@ -100,6 +100,22 @@ def test_small_inputs_select_along_the_classes_and_larger_ones_take_the_candidat
     assert 64 * 10 * 100 > perturbed.SMALL_PERTURBATION >= 64 * 10 * 10
 
 
+def test_the_chosen_path_follows_size_and_whether_reads_are_free_and_each_can_be_forced():
+    """:func:`perturbed.chosen_path`; every forced path gives the same k-th largest values and
+    columns for the same given noise, and an unknown path is refused naming the known ones."""
+    small, large = torch.randn(64, 10, dtype=torch.float64), 4 * torch.randn(64, 100, dtype=torch.float64)
+    assert perturbed.chosen_path(small, 10) == "kthvalue" and perturbed.chosen_path(large, 10) == "candidates"
+    with sync_free():
+        assert perturbed.chosen_path(large, 10) == "every column"
+    noise = standard_noise(3, 10, 64, 100)
+    results = [perturbed.perturbed_kth_largest(large, 5, 0.2, 10, noise=noise, path=path) for path in perturbed.PATHS]
+    for values, columns in results[1:]:
+        torch.testing.assert_close(values, results[0][0], rtol=0, atol=0)
+        assert torch.equal(columns, results[0][1])
+    with pytest.raises(ValueError, match="path must be one of kthvalue, candidates, every column; got 'sorted'"):
+        perturbed.perturbed_kth_largest(large, 5, 0.2, 10, path="sorted")
+
+
 def standard_noise(seed, n_samples, batch, n):
     return torch.randn(n_samples, batch, n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 

@@ -36,6 +36,28 @@ def alternate_medians(steps, budget: float, min_repeats: int, max_repeats: int, 
     return [statistics.median(step_times) for step_times in times]
 
 
+def block_medians(steps, budget: float, min_rounds: int = 3, block: int = 5, sync=no_sync) -> list[float]:
+    """Median wall times of the functions ``steps``, each timed ``block`` times in a row after
+    one untimed call, the steps' blocks taken in turn for rounds that fit in about ``budget``
+    seconds (at least ``min_rounds``). Where one step allocates or touches far more memory than
+    another, the call after it is slowed (freed memory given back to the system, caches
+    evicted), so the calls of :func:`alternate_medians` time each step partly in the state the
+    previous one left; here each is timed as a loop calling it again and again finds it."""
+    times = [[] for _ in steps]
+    started, rounds = time.perf_counter(), 0
+    while rounds < min_rounds or time.perf_counter() - started < budget:
+        for step, step_times in zip(steps, times):
+            step()
+            for _ in range(block):
+                sync()
+                begin = time.perf_counter()
+                step()
+                sync()
+                step_times.append(time.perf_counter() - begin)
+        rounds += 1
+    return [statistics.median(step_times) for step_times in times]
+
+
 def median_seconds(step, budget: float, min_repeats: int = 3, max_repeats: int = 50, sync=no_sync) -> float:
     """Median wall time of ``step()`` over repeats that fit in about ``budget`` seconds."""
     return alternate_medians([step], budget, min_repeats, max_repeats, sync)[0]

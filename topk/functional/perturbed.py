@@ -87,16 +87,14 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
     choice): the selection then costs about what it saves.
 
     ``M`` depends on the data and is read on the host. No bound on it follows from ``k``, ``n``
-    and ``ε`` alone (scores within ``εt`` of each other make every column a candidate), so where
-    that read is not free (:func:`topk.sync.reads_are_free`: on an accelerator, where it would
-    wait for the device, and under ``torch.compile``, whose graph it would break) every column
-    is returned. Noise is drawn for the real candidates alone, ``[n_samples, R]`` for ``R`` of
+    and ``ε`` alone (scores within ``εt`` of each other make every column a candidate), so
+    :func:`chosen_path` takes this path only where that read is free
+    (:func:`topk.sync.reads_are_free`: not on an accelerator, where it would wait for the device,
+    nor under ``torch.compile``, whose graph it would break). Noise is drawn for the real candidates alone, ``[n_samples, R]`` for ``R`` of
     them, and copied in place through one flat index, where its rows are contiguous; the
     comparison writes floats, made bools only for ``nonzero``.
     """
     batch, num_classes = scores.shape
-    if not reads_are_free(scores):
-        return every_column_perturbed(scores, epsilon, draw)
     seeds, seed_values = top_columns(scores, k)
     every_row = torch.arange(batch, device=scores.device)
     seed_perturbed = draw(every_row.unsqueeze(1), seeds).mul_(epsilon).add_(seed_values)  # [n_samples, batch, k]
@@ -226,6 +224,20 @@ def kth_largest_of(perturbed: torch.Tensor, k: int, compile: bool) -> tuple[torc
         ) from None
 
 
+PATHS = ("kthvalue", "candidates", "every column")
+
+
+def chosen_path(scores: torch.Tensor, n_samples: int) -> str:
+    """The path :func:`perturbed_kth_largest` takes for ``scores [batch, n]`` and ``B = n_samples``
+    (one of ``PATHS``): ``kthvalue`` up to ``SMALL_PERTURBATION`` perturbed scores,
+    ``candidates`` above that where reading on the host is free (eager mode on the CPU),
+    ``every column`` elsewhere."""
+    batch, num_classes = scores.shape
+    if batch * n_samples * num_classes <= SMALL_PERTURBATION:
+        return "kthvalue"
+    return "candidates" if reads_are_free(scores) else "every column"
+
+
 def perturbed_kth_largest(
     scores: torch.Tensor,
     k: int,
@@ -234,34 +246,44 @@ def perturbed_kth_largest(
     generator: torch.Generator | None = None,
     noise: torch.Tensor | None = None,
     compile: bool = False,
+    path: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The k-th largest value of each perturbed vector ``s + εZ_b`` and its column, both
     ``[n_samples, batch]`` (``[1, batch]`` for ``ε = 0``, where no noise is drawn), computed from
-    the values of ``scores`` outside autograd. One of three ways, chosen from shapes and Python
-    values, each kept because a row of ``make bench-losses`` or of docs/benchmarks.md,
-    'Noised-loss paths', needs it:
+    the values of ``scores`` outside autograd. One of three paths (``path``, by default
+    :func:`chosen_path`'s, from shapes and the device), each kept because a row of ``make
+    bench-losses`` or of ``make bench-noised-paths`` (docs/benchmarks.md, 'Noised-loss paths')
+    needs it:
 
-    - **small inputs**, up to ``SMALL_PERTURBATION`` perturbed scores ``batch · B · n``: every
-      column is perturbed and ``torch.kthvalue`` selects along the classes, on every device; one
-      operation where the rounds take several per k (the head-to-head rows at n = 10);
-    - **in eager mode on the CPU**, noise only for the columns that can hold the k-th largest
-      value (:func:`candidates_perturbed`), the k rounds of :func:`kth_largest_of` over them
-      (ImageNet's and Pl@ntNet-300K's label sets, and n = 100 at k = 20);
-    - **on an accelerator and under torch.compile**, the same rounds over every column (nothing
-      is read on the host: docs/design.md §5).
+    - ``kthvalue``, for **small inputs**, up to ``SMALL_PERTURBATION`` perturbed scores
+      ``batch · B · n``: every column is perturbed and ``torch.kthvalue`` selects along the
+      classes, on every device; one operation where the rounds take several per k (the
+      head-to-head rows at n = 10);
+    - ``candidates``, **in eager mode on the CPU**: noise only for the columns that can hold the
+      k-th largest value (:func:`candidates_perturbed`), the k rounds of :func:`kth_largest_of`
+      over them (ImageNet's and Pl@ntNet-300K's label sets, and n = 100 at k = 20);
+    - ``every column``, **on an accelerator and under torch.compile**: the same rounds over every
+      column (nothing is read on the host: docs/design.md §5).
 
     The candidates' path draws its noise in another order, so the same seed gives other noise
-    there; given ``noise`` gives the same result on every path.
+    there; given ``noise`` gives the same result on every path. ``path`` forces one (the
+    benchmark does); ``candidates`` then reads on the host even on an accelerator.
     """
     scores = scores.detach()
-    batch, num_classes = scores.shape
     if epsilon == 0:  # top_K(s) itself, over every column
         values, positions = kth_largest_of(scores.T.unsqueeze(1), k, compile)
         return values, every_column(scores).gather(0, positions)
-    if batch * n_samples * num_classes <= SMALL_PERTURBATION:
+    path = path or chosen_path(scores, n_samples)
+    if path == "kthvalue":
         perturbed = every_column_noise(n_samples, scores, generator, noise).mul_(epsilon).add_(scores)
-        return torch.kthvalue(perturbed, num_classes - k + 1, dim=2)
-    columns, perturbed = candidates_perturbed(scores, k, epsilon, noise_source(n_samples, scores, generator, noise))
+        return torch.kthvalue(perturbed, scores.shape[1] - k + 1, dim=2)
+    draw = noise_source(n_samples, scores, generator, noise)
+    if path == "candidates":
+        columns, perturbed = candidates_perturbed(scores, k, epsilon, draw)
+    elif path == "every column":
+        columns, perturbed = every_column_perturbed(scores, epsilon, draw)
+    else:
+        raise ValueError(f"path must be one of {', '.join(PATHS)}; got {path!r}")
     values, positions = kth_largest_of(perturbed, k, compile)
     return values, columns.gather(0, positions)
 
