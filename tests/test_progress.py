@@ -82,7 +82,8 @@ def test_off_shows_nothing_and_a_run_logs_nothing_per_batch(tmp_path, caplog):
 def test_a_run_names_its_directory_and_setting_first_and_logs_every_evaluated_epoch(tmp_path):
     run_dir = tmp_path / "run"
     code, stderr = run_main(["trainer.epochs=3", "trainer.batch_size=60", "trainer.progress_every=15",
-                             "trainer.eval_every=2", f"hydra.run.dir={run_dir}"], quick=False)  # train.py, in this process
+                             "trainer.eval_every=2", "trainer.device=cpu", f"hydra.run.dir={run_dir}"],
+                            quick=False)  # train.py, in this process; the line names the device, on a GPU machine too
     assert code == 0, stderr
     log = (run_dir / "train.log").read_text().splitlines()
     assert log[0].endswith(f"{run_dir}: dataset=circles (6 classes), model=linear, loss=ce, k=5, 3 epochs, seed 0, "
