@@ -18,6 +18,15 @@ def synchronizer(device: torch.device):
     return torch.cuda.synchronize if device.type == "cuda" else no_sync
 
 
+def timed(step, sync=no_sync) -> float:
+    """The wall seconds of one call of ``step()``, ``sync`` called before and after it."""
+    sync()
+    begin = time.perf_counter()
+    step()
+    sync()
+    return time.perf_counter() - begin
+
+
 def alternate_medians(steps, budget: float, min_repeats: int, max_repeats: int, sync=no_sync) -> list[float]:
     """Median wall times of the functions ``steps``, called in turn (one warm-up call each first)
     for repeats that fit in about ``budget`` seconds, so that all see the same machine state
@@ -28,11 +37,7 @@ def alternate_medians(steps, budget: float, min_repeats: int, max_repeats: int, 
     started = time.perf_counter()
     while len(times[0]) < max_repeats and (len(times[0]) < min_repeats or time.perf_counter() - started < budget):
         for step, step_times in zip(steps, times):
-            sync()
-            begin = time.perf_counter()
-            step()
-            sync()
-            step_times.append(time.perf_counter() - begin)
+            step_times.append(timed(step, sync))
     return [statistics.median(step_times) for step_times in times]
 
 
@@ -48,12 +53,7 @@ def block_medians(steps, budget: float, min_rounds: int = 3, block: int = 5, syn
     while rounds < min_rounds or time.perf_counter() - started < budget:
         for step, step_times in zip(steps, times):
             step()
-            for _ in range(block):
-                sync()
-                begin = time.perf_counter()
-                step()
-                sync()
-                step_times.append(time.perf_counter() - begin)
+            step_times.extend(timed(step, sync) for _ in range(block))
         rounds += 1
     return [statistics.median(step_times) for step_times in times]
 

@@ -90,9 +90,10 @@ def candidates_perturbed(scores: torch.Tensor, k: int, epsilon: float, draw) -> 
     and ``ε`` alone (scores within ``εt`` of each other make every column a candidate), so
     :func:`chosen_path` takes this path only where that read is free
     (:func:`topk.sync.reads_are_free`: not on an accelerator, where it would wait for the device,
-    nor under ``torch.compile``, whose graph it would break). Noise is drawn for the real candidates alone, ``[n_samples, R]`` for ``R`` of
-    them, and copied in place through one flat index, where its rows are contiguous; the
-    comparison writes floats, made bools only for ``nonzero``.
+    nor under ``torch.compile``, whose graph it would break). Noise is drawn for the real
+    candidates alone, ``[n_samples, R]`` for ``R`` of them, and copied in place through one flat
+    index, where its rows are contiguous; the comparison writes floats, made bools only for
+    ``nonzero``.
     """
     batch, num_classes = scores.shape
     seeds, seed_values = top_columns(scores, k)
